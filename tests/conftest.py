@@ -1,0 +1,51 @@
+"""Shared test helpers: run the kit's CLI as a user would, and write throwaway recipes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+INV = [sys.executable, "-m", "invoke"]
+
+
+def run_inv(
+    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*INV, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})},
+    )
+
+
+@pytest.fixture
+def inv():
+    return run_inv
+
+
+@pytest.fixture
+def recipe_file(tmp_path):
+    """Write a recipe YAML built from the bridgetower recipe with some keys changed."""
+    import yaml
+
+    def make(changes: dict | None = None, drop: tuple[str, ...] = (), raw: str | None = None) -> Path:
+        path = tmp_path / "my-recipe.yaml"
+        if raw is not None:
+            path.write_text(raw)
+            return path
+        data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+        for key in drop:
+            data.pop(key)
+        data.update(changes or {})
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return make

@@ -1,0 +1,143 @@
+"""Recipes: the published figures are pinned exactly, and a bad recipe gets one clear line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reprokit import cells, recipes
+from reprokit.errors import ReprokitError
+
+PUBLISHED = {  # SOURCES.md §1, samples/s on 8 devices
+    "workers0": {"gaudi2": 601.5, "h100": 336.5, "a100-80gb": 227.5},
+    "workers1": {"gaudi2": 747.4, "h100": 580.1, "a100-80gb": 339.7},
+    "workers2": {"gaudi2": 768.7, "h100": 602.1, "a100-80gb": 345.4},
+    "workers2-mediapipe": {"gaudi2": 847.7},
+    "fastddp-workers1-v1": {"gaudi2": 705.9},
+}
+
+
+def test_every_recipe_in_the_repo_loads():
+    assert "bridgetower" in recipes.available()
+    for recipe in recipes.load_all():
+        assert recipe.variants and set(recipe.scales) >= {"published", "smoke"}
+
+
+def test_show_json_prints_the_published_hyperparameters_and_references(inv):
+    result = inv("show", "bridgetower", "--scale", "published", "--accelerator", "gaudi2", "--json")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    hp = shown["hyperparameters"]
+    assert hp["per_device_train_batch_size"] == 48
+    assert hp["per_device_eval_batch_size"] == 16
+    assert hp["num_train_epochs"] == 5
+    assert hp["learning_rate"] == 1e-5
+    assert hp["throughput_warmup_steps"] == 3 and hp["logging_steps"] == 10
+    assert hp["bf16"] is True and hp["remove_unused_columns"] is False
+    assert shown["dataset"]["revision"] == "3c6c4f6c0ff7e902833d3afa5f8f3875c2b036e6"
+    assert shown["dataset"]["columns"] == {"image": "image", "caption": "image_description"}
+    by_variant = {c["variant"]: c for c in shown["cells"]}
+    for variant, per_device in PUBLISHED.items():
+        refs = {r["device"]: r["value"] for r in by_variant[variant]["references"]}
+        assert refs == {"gaudi2": per_device["gaudi2"]}
+        assert all(r["devices"] == 8 for r in by_variant[variant]["references"])
+    assert by_variant["fastddp-workers1-v1"]["args"]["distribution_strategy"] == "fast_ddp"
+    assert all(c["devices"] == 8 for c in shown["cells"])
+
+
+def test_cuda_cells_carry_the_h100_and_a100_references_and_no_gaudi_only_variant():
+    recipe = recipes.load("bridgetower")
+    found = {c.variant: c for c in cells.expand(recipe, "bridgetower", "cuda", "published")}
+    assert set(found) == {"workers0", "workers1", "workers2"}
+    for variant, cell in found.items():
+        refs = {r["device"]: r["value"] for r in cell.references}
+        assert refs == {k: v for k, v in PUBLISHED[variant].items() if k != "gaudi2"}
+        assert "use_habana" not in cell.args
+
+
+def test_smoke_scale_is_the_same_architecture_tiny_and_offline():
+    recipe = recipes.load("bridgetower")
+    cell = cells.expand(recipe, "bridgetower", "cpu", "smoke")[0]
+    config = cell.args["model_config_json"]
+    assert config["vision_config"]["patch_size"] == 14 and config["vision_config"]["image_size"] == 294
+    assert config["text_config"]["hidden_size"] < 1024
+    assert cell.args["random_init"] is True and cell.args["synthetic_data"] is True
+    assert cell.devices == 1
+
+
+def test_argv_renders_flags_like_the_published_command():
+    argv = cells.to_argv(
+        {"do_train": True, "remove_unused_columns": False, "w": [1, 2], "c": {"a": 1}, "n": None}
+    )
+    assert argv == ["--do_train", "--remove_unused_columns", "false", "--w", "1", "2", "--c", '{"a":1}']
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"tolerance": "wide"}, "tolerance: Input should be a valid number"),
+        ({"colour": "blue"}, "colour: unknown key"),
+        ({"variants": [{"name": "Bad Name"}]}, "variants.0.name: String should match pattern"),
+        (
+            {"variants": [{"name": "a", "references": [{"device": "h100", "value": 1}]}]},
+            "needs 'device' and 'devices'",
+        ),
+        (
+            {"variants": [{"name": "a", "needs": {"finetune": "nope"}}]},
+            "needs.finetune names unknown variant 'nope'",
+        ),
+        ({"scales": {"smoke": {}}}, "scales must define published"),
+        ({"model": {"id": "org/model"}}, "needs a pinned revision"),
+        (
+            {"variants": [{"name": "a", "args": {"img_size": 512, "token_label_size": 24}}]},
+            "token_label_size 24 does not match img_size 512",
+        ),
+    ],
+)
+def test_a_malformed_recipe_names_the_file_and_the_key(recipe_file, changes, expected):
+    path = recipe_file(changes)
+    with pytest.raises(ReprokitError) as error:
+        recipes.load(str(path))
+    message = str(error.value)
+    assert message.startswith(str(path)) and expected in message and "\n" not in message
+
+
+def test_a_missing_key_is_named(recipe_file):
+    path = recipe_file(drop=("trainer",))
+    with pytest.raises(ReprokitError, match=r"my-recipe.yaml: trainer: Field required"):
+        recipes.load(str(path))
+
+
+def test_broken_yaml_names_the_line(recipe_file):
+    path = recipe_file(raw="name: x\nvariants: [\n  - : :\n")
+    with pytest.raises(ReprokitError, match=r"my-recipe.yaml:\d+: not valid YAML"):
+        recipes.load(str(path))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("show", "no-such-recipe"), "unknown recipe 'no-such-recipe'; known recipes: "),
+        (
+            ("show", "bridgetower", "--accelerator", "tpu"),
+            "unknown accelerator 'tpu'; known accelerators: cuda",
+        ),
+        (("show", "bridgetower", "--scale", "huge"), "unknown scale 'huge'"),
+        (("show", "bridgetower", "--variant", "workers9"), "has no variant 'workers9'"),
+        (("reproduce", "--runtime", "kubernetes", "--dry-run"), "unknown runtime 'kubernetes'"),
+    ],
+)
+def test_bad_names_give_one_line_and_exit_code_2(inv, args, expected):
+    result = inv(*args)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_malformed_recipe_file_on_the_command_line_exits_2(inv, recipe_file):
+    path = recipe_file({"devices": 0})
+    result = inv("show", str(path))
+    assert result.returncode == 2
+    assert f"reprokit: {path}: devices: Input should be greater than or equal to 1" in result.stderr
+    assert "Traceback" not in result.stderr
