@@ -197,6 +197,8 @@ class RunDir:
         self.path = Path(path)
         self.unit = unit
         self.main = is_main_process()
+        # When the trainer started (sysinfo.json's started_at): the report's start time and wall time.
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self._csv = None
         self._writer = None
         self._tb = None
@@ -217,6 +219,7 @@ class RunDir:
         if not self.main:
             return
         info: dict[str, Any] = {
+            "started_at": self.started_at,
             "hostname": socket.gethostname(),
             "platform": platform.platform(),
             "python": sys.version.split()[0],
@@ -287,7 +290,9 @@ class RunDir:
             self._tb = SummaryWriter(log_dir=str(self.tensorboard_dir / "throughput"))
         return self._tb
 
-    def write_summary(self, meter: ThroughputMeter, status: str = "ok", **extra: Any) -> dict[str, Any] | None:
+    def write_summary(
+        self, meter: ThroughputMeter, status: str = "ok", **extra: Any
+    ) -> dict[str, Any] | None:
         """The last file of a run: its presence with status ok means the run is complete."""
         if not self.main:
             return None
