@@ -9,7 +9,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from reprokit import accelerators, cells, recipes, render, report, session
-from reprokit.errors import ReprokitError
+from reprokit.errors import ReprokitError, RunFailed
 
 COMMON_HELP = {
     "accelerator": "cuda, gaudi2, cpu or auto (detect this machine's; default)",
@@ -20,6 +20,29 @@ COMMON_HELP = {
     "devices": "devices per node (default: the published count, capped at what this machine has)",
     "nodes": "nodes (Slurm runtime)",
 }
+# Options of the Slurm runtime (`--runtime slurm`), passed on to it as runtime_options.
+SLURM_HELP = {
+    "partition": "Slurm partition to submit to (default: the cluster's default)",
+    "account": "Slurm account to charge",
+    "time_limit": "Slurm time limit per cell job (sbatch --time: minutes or [D-]HH:MM:SS)",
+    "exclusive": "whole nodes per job (default); --no-exclusive shares them",
+    "container": "pyxis, apptainer, none (this interpreter, on shared storage) or auto (pyxis on GPUs; default)",
+    "image": "image to run in: a squashfs/.sif or image reference with --runtime slurm (default: the "
+    "`inv export` file), a tag with --runtime docker (default: `inv build`'s)",
+}
+
+
+def slurm_options(partition=None, account=None, time_limit=None, exclusive=True, container=None, image=None):
+    """The Slurm flags given (defaults left out, so a resumed session keeps its own)."""
+    given = {
+        "partition": partition,
+        "account": account,
+        "time_limit": time_limit,
+        "exclusive": None if exclusive else False,
+        "container": container,
+        "image": image,
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def helps(*names: str, **extra: str) -> dict[str, str]:
@@ -118,6 +141,8 @@ def show(c, recipe, accelerator="auto", scale="published", variant=None, json_=F
         "nodes",
         recipe="a recipe name or path (default: all recipes)",
         out="folder to write to (default: rendered/)",
+        runtime="slurm: also write each cell's sbatch.sh and bind-rank.sh (default: local, run.sh only)",
+        **SLURM_HELP,
     ),
 )
 @friendly
@@ -130,8 +155,22 @@ def render_(
     out="rendered",
     devices=None,
     nodes=None,
+    runtime="local",
+    partition=None,
+    account=None,
+    time_limit=None,
+    exclusive=True,
+    container=None,
+    image=None,
 ):
-    """Render the Dockerfile and one run.sh + cell.json per cell, to read, diff or run by hand."""
+    """Render the Dockerfile and one run.sh + cell.json per cell (and sbatch.sh with --runtime slurm)."""
+    options = slurm_options(partition, account, time_limit, exclusive, container, image)
+    if runtime not in ("local", "docker", "slurm"):
+        raise ReprokitError(f"unknown runtime {runtime!r}; known runtimes: local, docker, slurm")
+    if options and runtime != "slurm":
+        raise ReprokitError(
+            f"--{', --'.join(options).replace('_', '-')} are Slurm options: add --runtime slurm"
+        )
     chosen = accelerators.resolve(accelerator)
     profile = accelerators.get(chosen)
     out_dir = Path(out)
@@ -149,15 +188,115 @@ def render_(
             _int(nodes),
         ):
             run_dir = out_dir / cell.recipe / f"{chosen}-{cell.scale}" / cell.variant
-            print(render.write_run_dir_inputs(cell, profile, run_dir))
+            if runtime == "slurm":
+                from reprokit.runtimes import slurm
+
+                opts = slurm.SlurmOptions(**options)
+                print(slurm.write_job_inputs(cell, profile, run_dir, opts, mount=run_dir.parent))
+            else:
+                print(render.write_run_dir_inputs(cell, profile, run_dir))
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "base_image": "build on this base instead of the profile's (a private registry, or a local one)",
+        "wheelhouse": "install the pins from this folder (`inv wheelhouse`), served on 127.0.0.1: no internet",
+        "force": "rebuild even when the image is up to date",
+        "dry_run": "print the `docker build` command and build nothing",
+    }
+)
+@friendly
+def build(c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False):
+    """Build the accelerator's pinned image (a cache hit when nothing changed)."""
+    from reprokit import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    if dry_run:
+        print(images.dry_run(profile, base_image, wheelhouse))
+        return
+    folder = Path(wheelhouse) if wheelhouse else None
+    result = images.build(profile, base_image, folder, force, session.console)
+    print(result.tag)
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
+        "python_version": "the image's Python (default 3.11: the cpu image's Debian bookworm)",
+    }
+)
+@friendly
+def wheelhouse(c, accelerator="auto", dest=None, python_version="3.11"):
+    """Download the image's pinned wheels (and their dependencies) for an offline `inv build --wheelhouse`."""
+    from reprokit import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    folder = Path(dest or f"wheelhouse/{profile.name}")
+    wheels = images.wheelhouse(profile, folder, python_version)
+    size = sum(w.stat().st_size for w in wheels) / 2**30
+    print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
+
+
+@task(
+    name="export",
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "format": "enroot (a squashfs for pyxis: `enroot import`) or apptainer (a .sif: `apptainer build`)",
+        "dest": "file to write (default: exports/<image tag>.sqsh|.sif, what --runtime slurm looks for)",
+        "dry_run": "print the command and run nothing",
+    },
+)
+@friendly
+def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):
+    """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
+    from reprokit.runtimes import slurm
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    command, target = slurm.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
+    print(" ".join(command) if dry_run else target)
 
 
 def _int(value):
     return None if value in (None, "") else int(value)
 
 
-def _reproduce(names, accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run):
-    the_plan = session.plan(names, accelerator, scale, runtime, variant, _int(devices), _int(nodes))
+def _reproduce(
+    names, accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run, options=None
+):
+    request = session.Request(
+        recipes=list(names),
+        accelerator=accelerator,
+        scale=scale,
+        runtime=runtime,
+        variants=list(variant or []),
+        devices=_int(devices),
+        nodes=_int(nodes),
+        timeout=float(timeout) if timeout else None,
+        runtime_options=dict(options or {}),
+    )
+    if resume:
+        # The session's own plan (session.json), so the same cells are rerun without repeating flags.
+        session_dir = session.resume_dir(out, resume)
+        the_plan, request = session.resume_plan(session_dir, request)
+    else:
+        the_plan = session.plan(
+            request.recipes,
+            accelerator,
+            scale,
+            runtime,
+            request.variants or None,
+            request.devices,
+            request.nodes,
+        )
+    # --image is the docker runtime's option too (its tag); the others are Slurm's alone.
+    slurm_only = [key for key in request.runtime_options if key != "image" or the_plan.runtime != "docker"]
+    if slurm_only and the_plan.runtime != "slurm":
+        flags = ", ".join(f"--{key.replace('_', '-')}" for key in slurm_only)
+        raise ReprokitError(
+            f"{flags}: Slurm options, for --runtime slurm (this session runs {the_plan.runtime})"
+        )
     for message in the_plan.messages:
         session.console.print(message)
     if dry_run:
@@ -165,24 +304,60 @@ def _reproduce(names, accelerator, scale, runtime, variant, out, devices, nodes,
         for cell in the_plan.cells:
             print(f"# {cell.cell_id} ({the_plan.runtime}, {cell.scale}, {cell.accelerator})")
             print(render.run_script(cell, profile))
+            if the_plan.runtime == "docker":
+                from reprokit.runtimes import docker as docker_runtime
+
+                run_dir = Path(out or session.RESULTS_DIR) / "SESSION" / "runs" / cell.cell_id
+                print("# in the image, with the session's runs/ mounted:")
+                print(docker_runtime.dry_run_command(cell, run_dir, profile) + "\n")
+            if the_plan.runtime == "slurm":
+                from reprokit.runtimes import slurm
+
+                run_dir = Path(out or session.RESULTS_DIR) / "SESSION" / "runs" / cell.cell_id
+                print(
+                    "# sbatch.sh, submitted with `sbatch --parsable` (`inv render --runtime slurm` writes it):"
+                )
+                opts = slurm.SlurmOptions(**request.runtime_options)
+                print(slurm.job_script(cell, profile, run_dir, opts))
         return None
-    session_dir = session.resume_dir(out, resume) if resume else session.new_session_dir(out, None)
+    if resume:
+        session.mark_resumed(session_dir)
+    else:
+        session_dir = session.new_session_dir(out, None)
+        session.save_session(session_dir, the_plan, request)
     session.console.print(f"Session: {session_dir}")
-    outcomes = session.run_cells(
-        the_plan, session_dir, resume=bool(resume), timeout=float(timeout) if timeout else None
+    try:
+        outcomes = session.run_cells(
+            the_plan,
+            session_dir,
+            resume=bool(resume),
+            timeout=request.timeout,
+            runtime_options=request.runtime_options or None,
+        )
+    except KeyboardInterrupt:
+        # results.csv still says what the run directories say, interrupted cell included.
+        report.collect.collect(session_dir)
+        session.console.print(f"Interrupted. Finish the session with: inv reproduce --resume {session_dir}")
+        raise
+    written = report.write(session_dir)
+    report.print_table(written.table)
+    session.console.print(
+        f"Report: {written.html} ({written.markdown.name})\n"
+        f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
     )
-    path = report.write(session_dir)
-    report.print_table(report.collect.rows(session_dir))
-    session.console.print(f"Report: {path}\nTensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}")
     failed = [o for o in outcomes if o.get("status") != "ok"]
     if failed:
-        raise ReprokitError(f"{len(failed)} of {len(outcomes)} cells did not complete; see {path}")
+        raise RunFailed(
+            f"{len(failed)} of {len(outcomes)} cells did not complete (see {written.markdown}); "
+            f"rerun them with: inv reproduce --resume {session_dir}"
+        )
     return session_dir
 
 
 RUN_HELP = helps(
     *COMMON_HELP,
-    resume="a session to finish: complete cells are kept, the others rerun",
+    **SLURM_HELP,
+    resume="a session to finish (name or folder): reruns its stored plan, keeping complete cells",
     timeout="seconds allowed per cell before it is stopped and recorded as timed out",
     dry_run="print the run scripts that would run, and run nothing",
 )
@@ -203,9 +378,18 @@ def run(
     resume=None,
     timeout=None,
     dry_run=False,
+    partition=None,
+    account=None,
+    time_limit=None,
+    exclusive=True,
+    container=None,
+    image=None,
 ):
     """Run one recipe's cells into a new session folder, then collect and report."""
-    _reproduce([recipe], accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run)
+    options = slurm_options(partition, account, time_limit, exclusive, container, image)
+    _reproduce(
+        [recipe], accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run, options
+    )
 
 
 @task(iterable=["recipe", "variant"], help={"recipe": "a recipe (repeatable; default: all)", **RUN_HELP})
@@ -223,10 +407,28 @@ def reproduce(
     resume=None,
     timeout=None,
     dry_run=False,
+    partition=None,
+    account=None,
+    time_limit=None,
+    exclusive=True,
+    container=None,
+    image=None,
 ):
     """Rerun the published recipes at the scale that fits this machine, then collect and report."""
+    options = slurm_options(partition, account, time_limit, exclusive, container, image)
     _reproduce(
-        recipe or [], accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run
+        recipe or [],
+        accelerator,
+        scale,
+        runtime,
+        variant,
+        out,
+        devices,
+        nodes,
+        resume,
+        timeout,
+        dry_run,
+        options,
     )
 
 
@@ -241,10 +443,11 @@ def collect(c, session_):
 @task(name="report", help={"session": "a session folder (results/<session>)"})
 @friendly
 def report_(c, session_):
-    """Write a session's report (report.md) and print its table."""
-    path = report.write(_session(session_))
-    report.print_table(report.collect.rows(_session(session_)))
-    print(path)
+    """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
+    written = report.write(_session(session_))
+    report.print_table(written.table)
+    print(written.html)
+    print(written.markdown)
 
 
 def _session(path: str) -> Path:

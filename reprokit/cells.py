@@ -35,6 +35,9 @@ class Cell:
     args: dict[str, Any]
     references: list[dict[str, Any]]
     baseline: bool = False
+    # The variant's published figures on the other accelerators' devices: not comparable with
+    # this cell's number, but their ratios to the baseline's are (the report's published speedups).
+    other_references: list[dict[str, Any]] = field(default_factory=list)
     needs: dict[str, str] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -190,6 +193,11 @@ def expand(
                 unit=recipe.unit,
                 args=args,
                 references=[r.model_dump(exclude_none=True) for r in _references_for(variant, profile.name)],
+                other_references=[
+                    r.model_dump(exclude_none=True)
+                    for r in variant.references
+                    if r not in _references_for(variant, profile.name)
+                ],
                 baseline=variant.baseline,
                 needs=dict(variant.needs),
                 published=dict(variant.published),

@@ -1,14 +1,35 @@
-"""The report: each measured number beside the published one, as Markdown and in the terminal."""
+"""The report: each measured number beside the published one, in report.md, a self-contained
+report.html (plots embedded as data URIs, so the one file opens anywhere) and the terminal.
+
+The Markdown and the HTML are rendered from the same list of blocks, so they cannot disagree.
+"""
 
 from __future__ import annotations
 
+import base64
+import html
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import collect
+from .plots import Plot
+
+VERDICT_STYLES = {
+    collect.REPRODUCED: "green",
+    collect.FASTER: "cyan",
+    collect.SLOWER: "yellow",
+    collect.NO_RESULT: "red",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -23,82 +44,362 @@ def _ratio(value: Any) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-HEADERS = [
-    "recipe",
-    "variant",
+def _bytes(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value / 2**30:.2f} GiB"
+
+
+def _seconds(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:,.1f} s"
+
+
+def _measured(r: dict[str, Any]) -> str:
+    if r.get("measured") is None:
+        return "-"
+    return f"{_fmt(r['measured'])} {r.get('unit') or ''}".strip()
+
+
+def _published(r: dict[str, Any]) -> str:
+    if r.get("reference") is None:
+        return "-"
+    return f"{_fmt(r['reference_per_device'])} ({_fmt(r['reference'])} on {r['reference_devices']} {r['device']})"
+
+
+def _speedup(r: dict[str, Any]) -> str:
+    if r.get("measured_speedup") is None and r.get("published_speedup") is None:
+        return "-"
+    return f"{_ratio(r.get('measured_speedup'))} vs {_ratio(r.get('published_speedup'))}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Content, as blocks both renderers understand
+
+
+@dataclass
+class Block:
+    kind: str  # h1, h2, h3, p, note, table, plot, pre
+    text: str = ""
+    headers: list[str] | None = None
+    rows: list[list[str]] | None = None
+    plot: Plot | None = None
+
+
+DETAIL_HEADERS = [
+    "cell",
     "status",
     "measured",
     "per device",
+    "trainer's own (whole run)",
     "published per device",
+    "compared",
     "measured / published",
-    "speedup vs baseline",
-    "published speedup",
+    "verdict",
+    "speedup vs baseline (measured vs published)",
+    "speedup verdict",
+    "wall time",
+    "peak memory",
+]
+
+PROVENANCE_HEADERS = [
+    "cell",
+    "started",
+    "device",
+    "image",
+    "kit revision",
+    "recipe hash",
+    "torch",
+    "transformers",
+    "timm",
 ]
 
 
-def _cells(r: dict[str, Any]) -> list[str]:
-    reference = (
-        f"{_fmt(r['reference_per_device'])} ({_fmt(r['reference'])} on {r['reference_devices']} {r['device']})"
-        if r.get("reference")
-        else "-"
-    )
-    measured = (
-        f"{_fmt(r['measured'])} {r.get('unit') or ''}".strip() if r.get("measured") is not None else "-"
-    )
+def _detail(r: dict[str, Any]) -> list[str]:
     return [
-        r["recipe"] or "-",
-        r["variant"] or "-",
-        r["status"] or "-",
-        measured,
+        r.get("cell_id") or "-",
+        r.get("status") or "-",
+        _measured(r),
         _fmt(r.get("measured_per_device")),
-        reference,
+        # What the GPU figures were published with (warm-up included); shown where a trainer has it.
+        _fmt(r.get("trainer_measured")),
+        _published(r),
+        r.get("normalization") or "-",
         _ratio(r.get("ratio_per_device")),
-        _ratio(r.get("measured_speedup")),
-        _ratio(r.get("published_speedup")),
+        r.get("verdict") or "-",
+        _speedup(r),
+        r.get("speedup_verdict") or "-",
+        _seconds(r.get("wall_time_s")),
+        _bytes(r.get("peak_memory_bytes")),
     ]
 
 
-def markdown(session_dir: Path, table: list[dict[str, Any]]) -> str:
-    lines = [f"# reprokit report: {session_dir.name}", ""]
-    scales = sorted({r.get("scale") or "-" for r in table})
-    accelerators = sorted({r.get("accelerator") or "-" for r in table})
-    devices = sorted({r.get("device_name") or "-" for r in table})
-    lines += [
-        f"Scale: {', '.join(scales)}. Accelerator: {', '.join(accelerators)} ({', '.join(devices)}).",
-        "",
-        "Throughput is global (all ranks), counted after the warm-up steps. Published figures are for "
-        "whole nodes, so both sides are compared per device.",
-        "",
+def _provenance(r: dict[str, Any]) -> list[str]:
+    return [
+        r.get("cell_id") or "-",
+        r.get("started_at") or "-",
+        f"{r.get('device_name') or '-'} x{r.get('world_size') or '-'}",
+        (r.get("image_id") or "-")[:19],
+        r.get("kit_revision") or "-",
+        r.get("recipe_hash") or "-",
+        r.get("torch") or "-",
+        r.get("transformers") or "-",
+        r.get("timm") or "-",
+    ]
+
+
+def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One recipe laid out like the publications' tables: a column per variant, a row per device."""
+    variants = [r["variant"] or "-" for r in rows]
+    published: dict[str, dict[str, str]] = {}
+    for r in rows:
+        for ref in collect.all_references(r):
+            if ref.get("value") is not None:
+                devices = int(ref.get("devices") or 1) * int(ref.get("nodes") or 1)
+                label = f"published {ref['device']}, per device (of {devices})"
+                published.setdefault(label, {})[r["variant"]] = _fmt(ref["value"] / devices)
+    measured_on = sorted(
+        {f"{r.get('device_name') or '-'} x{r.get('world_size')}" for r in rows if r.get("measured")}
+    )
+    body = [[label, *(values.get(v, "-") for v in variants)] for label, values in published.items()]
+    body += [
+        [
+            f"measured, per device ({', '.join(measured_on) or 'no result'})",
+            *(_fmt(r.get("measured_per_device")) for r in rows),
+        ],
+        ["measured / published", *(_ratio(r.get("ratio_per_device")) for r in rows)],
+        ["verdict", *((r.get("verdict") or "-") for r in rows)],
+    ]
+    if any(r.get("baseline") for r in rows):
+        body += [
+            ["speedup vs baseline, measured", *(_ratio(r.get("measured_speedup")) for r in rows)],
+            ["speedup vs baseline, published", *(_ratio(r.get("published_speedup")) for r in rows)],
+            ["speedup verdict", *((r.get("speedup_verdict") or "-") for r in rows)],
+        ]
+    return ["", *variants], body
+
+
+def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) -> list[Block]:
+    plan = collect.session_plan(session_dir)
+    scales = sorted({r.get("scale") or "-" for r in table}) or ["-"]
+    accelerators = sorted({r.get("accelerator") or "-" for r in table}) or ["-"]
+    devices = sorted({r.get("device_name") for r in table if r.get("device_name")})
+    ok = sum(1 for r in table if r.get("status") == "ok")
+    tolerances = sorted({r["tolerance"] for r in table if r.get("tolerance") is not None})
+    out = [
+        Block("h1", f"reprokit report: {session_dir.name}"),
+        Block(
+            "p",
+            f"Scale {', '.join(scales)}; accelerator {', '.join(accelerators)} "
+            f"({', '.join(devices) or 'no device reported'}); runtime {plan.get('runtime') or '-'}. "
+            f"{ok} of {len(table)} cells completed.",
+        ),
+        Block(
+            "p",
+            "Throughput is global (all ranks), counted after the warm-up steps. Published figures are "
+            "for whole nodes, so both sides are compared per device (the 'compared' column says when "
+            "device counts differ). Verdict: reproduced within the recipe's tolerance "
+            f"({', '.join(f'±{t:.0%}' for t in tolerances) or '-'}), else faster or slower. Speedups are "
+            "over the recipe's baseline variant measured in this session, against the published ratio.",
+        ),
     ]
     if "smoke" in scales:
-        lines += [
-            "> Smoke scale: tiny models on synthetic data. The numbers show the machinery works; "
-            "they are not comparable with the published figures.",
-            "",
-        ]
-    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table]
+        out.append(
+            Block(
+                "note",
+                "Smoke scale: tiny models on synthetic data. The numbers show the machinery works; "
+                "they are not comparable with the published figures, so no verdict is given.",
+            )
+        )
+    for recipe in dict.fromkeys(r["recipe"] for r in table if r.get("recipe")):
+        rows = [r for r in table if r.get("recipe") == recipe]
+        title = next((r.get("title") for r in rows if r.get("title")), None)
+        out.append(Block("h2", f"{recipe}" + (f": {title}" if title else "")))
+        headers, body = publication_table(rows)
+        out.append(Block("table", headers=headers, rows=body))
+        for plot in plots:
+            if plot.recipe == recipe:
+                out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
+    out += [
+        Block("h2", "All cells"),
+        Block("table", headers=DETAIL_HEADERS, rows=[_detail(r) for r in table]),
+    ]
     failed = [r for r in table if r.get("status") != "ok"]
     if failed:
-        lines += ["", "## Cells that did not complete", ""]
-        lines += [f"- `{r['cell_id']}`: {r['status']}: {r.get('error') or '-'}" for r in failed]
-    return "\n".join(lines) + "\n"
+        out.append(Block("h2", "Cells that did not complete"))
+        for r in failed:
+            out.append(Block("p", f"{r['cell_id']}: {r.get('status')}: {r.get('error') or '-'}"))
+            tail = r.get("log_tail") or []
+            if tail:
+                out.append(Block("pre", "\n".join(tail[-15:])))
+        out.append(
+            Block("p", f"Rerun them (complete cells are kept) with `inv reproduce --resume {session_dir}`.")
+        )
+    out += [
+        Block("h2", "Provenance"),
+        Block("table", headers=PROVENANCE_HEADERS, rows=[_provenance(r) for r in table]),
+        Block(
+            "p",
+            "Every row is rebuilt from the run directories (runs/<cell>/) by `inv collect`; "
+            f"results.csv and results.jsonl hold all columns. TensorBoard: tensorboard --logdir "
+            f"{session_dir / 'tensorboard'}",
+        ),
+    ]
+    return out
 
 
-def write(session_dir: Path) -> Path:
+# ---------------------------------------------------------------------------------------------
+# Renderers
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot] | None = None) -> str:
+    lines: list[str] = []
+    for block in blocks(session_dir, table, plots or []):
+        if block.kind in ("h1", "h2", "h3"):
+            lines += ["#" * int(block.kind[1]) + " " + block.text, ""]
+        elif block.kind == "p":
+            lines += [block.text, ""]
+        elif block.kind == "note":
+            lines += [f"> {block.text}", ""]
+        elif block.kind == "pre":
+            lines += ["```", block.text, "```", ""]
+        elif block.kind == "plot" and block.plot is not None:
+            lines += [f"![{block.plot.title}]({block.plot.name})", ""]
+        elif block.kind == "table":
+            headers, rows = block.headers or [], block.rows or []
+            lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
+            lines.append("|" + "---|" * len(headers))
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+STYLE = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1150px; color: #222; line-height: 1.45; padding: 0 1em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f0f3f7; }
+img { max-width: 100%; border: 1px solid #ddd; }
+pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+.note { border-left: 4px solid #e0a800; background: #fff8e1; padding: 0.5em 1em; }
+.reproduced { color: #1a7f37; } .faster { color: #0969da; } .slower { color: #9a6700; }
+.failed, .timeout, .interrupted, .no-result { color: #cf222e; }
+"""
+
+
+def _embed(plot: Plot) -> str:
+    # A data URI, so the HTML file is the whole report: it can be mailed or attached as is.
+    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(plot.title)}">'
+
+
+def _css_class(text: str) -> str:
+    word = text.split(" (")[0].replace(" ", "-")
+    return (
+        f' class="{word}"'
+        if word in ("reproduced", "faster", "slower", "failed", "timeout", "interrupted", "no-result")
+        else ""
+    )
+
+
+def _inline_code(escaped: str) -> str:
+    """Markdown's `code` spans, the only inline markup the blocks use."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+
+
+def to_html(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot] | None = None) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>reprokit report: {html.escape(session_dir.name)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+    ]
+    for block in blocks(session_dir, table, plots or []):
+        if block.kind in ("h1", "h2", "h3"):
+            parts.append(f"<{block.kind}>{html.escape(block.text)}</{block.kind}>")
+        elif block.kind == "p":
+            parts.append(f"<p>{_inline_code(html.escape(block.text))}</p>")
+        elif block.kind == "note":
+            parts.append(f'<p class="note">{html.escape(block.text)}</p>')
+        elif block.kind == "pre":
+            parts.append(f"<pre>{html.escape(block.text)}</pre>")
+        elif block.kind == "plot" and block.plot is not None:
+            parts.append(f"<figure>{_embed(block.plot)}</figure>")
+        elif block.kind == "table":
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers or [])
+            body = "".join(
+                "<tr>" + "".join(f"<td{_css_class(c)}>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in block.rows or []
+            )
+            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+@dataclass
+class Written:
+    markdown: Path
+    html: Path
+    plots: list[Plot]
+    table: list[dict[str, Any]]
+
+
+def write(session_dir: Path) -> Written:
+    """Collect the session, draw its plots, and write report.md and report.html next to them."""
+    from . import plots as plotting  # matplotlib is loaded only when a report is written
+
     table = collect.collect(session_dir)
-    path = session_dir / "report.md"
-    path.write_text(markdown(session_dir, table))
-    return path
+    drawn = plotting.draw(session_dir, table)
+    md_path, html_path = session_dir / "report.md", session_dir / "report.html"
+    collect.write_atomic(md_path, markdown(session_dir, table, drawn))
+    collect.write_atomic(html_path, to_html(session_dir, table, drawn))
+    return Written(md_path, html_path, drawn, table)
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminal
+
+TERMINAL_HEADERS = ["cell", "status", "per device", "published", "ratio", "verdict", "speedup (published)"]
 
 
 def print_table(table: list[dict[str, Any]], console: Console | None = None) -> None:
+    """The results at a glance (report.html has everything): per-device figures, the verdicts."""
     console = console or Console()
-    view = Table(title="reprokit results", show_lines=False)
-    for header in HEADERS:
-        view.add_column(header, overflow="fold")
+    units = sorted({r["unit"] for r in table if r.get("unit")})
+    view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
+    for header in TERMINAL_HEADERS:
+        view.add_column(
+            header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
+        )
     for r in table:
-        cells = _cells(r)
-        style = None if r.get("status") == "ok" else "red"
-        view.add_row(*cells, style=style)
+        verdict = r.get("verdict") or "-"
+        style = VERDICT_STYLES.get(verdict, "")
+        speedup = "-"
+        if r.get("measured_speedup") is not None or r.get("published_speedup") is not None:
+            speedup = f"{_ratio(r.get('measured_speedup'))} ({_ratio(r.get('published_speedup'))})"
+        view.add_row(
+            escape(r.get("cell_id") or "-"),
+            f"[{'green' if r.get('status') == 'ok' else 'red'}]{r.get('status') or '-'}[/]",
+            _fmt(r.get("measured_per_device")),
+            _fmt(r.get("reference_per_device")),
+            _ratio(r.get("ratio_per_device")),
+            f"[{style}]{verdict}[/]" if style else verdict,
+            speedup,
+        )
+    notes = sorted(
+        {r["normalization"] for r in table if (r.get("normalization") or "").startswith("per device")}
+    )
+    if notes:
+        view.caption = "compared " + "; ".join(notes)  # says when device counts differ
     console.print(view)
+    for r in table:
+        if r.get("status") != "ok":
+            what = escape(f"{r.get('cell_id')}: {r.get('error') or '-'}")
+            console.print(f"[red]{r.get('status')}[/red] {what}")
+            for line in (r.get("log_tail") or [])[-5:]:
+                console.print(f"    {line}", style="dim", markup=False, highlight=False)

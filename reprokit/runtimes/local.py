@@ -75,7 +75,9 @@ class LocalRuntime:
         env = {
             **os.environ,
             "RUN_DIR": str(run_dir),
-            "REPROKIT_SCRIPTS": str(SCRIPTS_DIR),
+            # The kit's trainers, unless REPROKIT_SCRIPTS names another folder (a trainer under
+            # development, or the tests' fake trainers).
+            "REPROKIT_SCRIPTS": os.environ.get("REPROKIT_SCRIPTS") or str(SCRIPTS_DIR),
             # The trainers run in the interpreter that runs the kit (make reproduce's .venv).
             "PYTHON": sys.executable,
             "PYTHONUNBUFFERED": "1",

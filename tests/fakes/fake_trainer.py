@@ -1,0 +1,130 @@
+"""A fake trainer for the kit's tests: writes the run-directory contract (see scripts/rundir.py)
+in milliseconds and without torch. The recipe's real hyperparameters are accepted and ignored;
+the --fake_* arguments (a test recipe's variant args) choose what it does."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def write_events(folder: Path, rows: list[dict]) -> None:
+    """TensorBoard scalars, written with tensorboard's own writer (no torch) when it is installed."""
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        return
+    writer = EventFileWriter(str(folder / "throughput"))
+    for row in rows:
+        values = [
+            summary_pb2.Summary.Value(
+                tag="throughput/samples_per_second", simple_value=row["samples_per_second"]
+            ),
+            summary_pb2.Summary.Value(tag="throughput/loss", simple_value=row["loss"]),
+        ]
+        writer.add_event(
+            event_pb2.Event(
+                step=row["step"], wall_time=time.time(), summary=summary_pb2.Summary(value=values)
+            )
+        )
+    writer.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--fake_rate", type=float, default=100.0, help="samples/s to report")
+    parser.add_argument("--fake_steps", type=int, default=6)
+    parser.add_argument("--fake_crash", default=None, help="die with this error after two steps")
+    parser.add_argument("--fake_hang", action="store_true", help="hang until stopped")
+    parser.add_argument("--fake_hang_once", default=None, help="hang unless this marker file exists; make it")
+    parser.add_argument("--fake_tensorboard", action="store_true")
+    args, _ = parser.parse_known_args()
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tensorboard").mkdir(exist_ok=True)
+    (out / "fake.pid").write_text(str(os.getpid()))
+    print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
+    write_json_atomic(
+        out / "sysinfo.json",
+        {
+            "started_at": time.strftime(TIME_FORMAT),
+            "device_type": "cpu",
+            "device_name": "Fake CPU",
+            "device_count": 1,
+            "world_size": 1,
+            "num_nodes": 1,
+            "image_id": "sha256:" + "f" * 64,
+            "versions": {"torch": "2.14.1", "transformers": "4.49.0", "timm": None},
+        },
+    )
+    rows = []
+    with open(out / "throughput.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(
+            fh, ["step", "epoch", "elapsed_s", "samples", "samples_per_second", "loss", "learning_rate"]
+        )
+        writer.writeheader()
+        for step in range(1, args.fake_steps + 1):
+            if args.fake_crash and step == 3:
+                fh.flush()
+                print("Traceback (most recent call last):", file=sys.stderr)
+                print('  File "fake_trainer.py", line 1, in <module>', file=sys.stderr)
+                print(f"RuntimeError: {args.fake_crash}", file=sys.stderr, flush=True)
+                return 3
+            row = {
+                "step": step,
+                "epoch": round(step / args.fake_steps, 4),
+                "elapsed_s": round(step * 0.01, 4),
+                "samples": 4,
+                "samples_per_second": args.fake_rate * (0.9 + 0.02 * step),
+                "loss": 2.0 / step,
+                "learning_rate": 1e-5,
+            }
+            writer.writerow(row)
+            rows.append(row)
+            fh.flush()
+    if args.fake_tensorboard:
+        write_events(out / "tensorboard", rows)
+    hang = args.fake_hang
+    if args.fake_hang_once:
+        marker = Path(args.fake_hang_once)
+        hang = not marker.exists()
+        marker.touch()
+    while hang:  # until the kit stops it (a timeout, an interrupt)
+        time.sleep(0.05)
+    write_json_atomic(
+        out / "summary.json",
+        {
+            "status": "ok",
+            "unit": "samples/s",
+            "samples_per_second": args.fake_rate,
+            "train_samples_per_second": args.fake_rate * 0.9,
+            "warmup_steps": 2,
+            "steps": args.fake_steps,
+            "samples": 4 * args.fake_steps,
+            "train_runtime_s": 0.06,
+            "world_size": 1,
+            "num_nodes": 1,
+            "peak_memory_bytes": 123 * 2**20,
+            "finished_at": time.strftime(TIME_FORMAT),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""Containers: the pinned image is built from a local wheelhouse, labelled, cached, free of secrets,
+and a cell runs inside it with its results landing in the host's run directory.
+
+The tests marked `docker` need a Docker engine and the local base image that
+`.ci/services/docker.sh` makes (reprokit/base:bookworm). Without them they are skipped, except
+in CI (CI=true), where a missing engine is a failure: CI exists to run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reprokit import accelerators, cells, images, recipes
+from reprokit.errors import ReprokitError
+from reprokit.runtimes import docker as docker_runtime
+from tests.conftest import ROOT, run_inv
+
+BASE_IMAGE = "reprokit/base:bookworm"
+SECRET = "dummy-secret-123"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason}; in CI (CI=true) the container tests must run, not skip", pytrace=False)
+    pytest.skip(reason)
+
+
+def smoke_cell(variant: str = "workers0") -> cells.Cell:
+    return cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", [variant])[0]
+
+
+# ---- without an engine: what users see, what would run ------------------------------------------
+
+
+def test_build_dry_run_prints_the_docker_build_command_a_user_would_type(tmp_path):
+    result = run_inv("build", "--accelerator", "cuda", "--dry-run", env={"HF_TOKEN": SECRET})
+    assert result.returncode == 0, result.stderr
+    profile = accelerators.get("cuda")
+    tag = images.image_tag(profile)
+    lines = result.stdout.strip().splitlines()
+    assert lines[1] == "docker build \\"
+    assert f"  --tag {tag} \\" in lines
+    assert f"  --build-arg BASE_IMAGE={profile.base_image} \\" in lines
+    assert any(line.startswith("  --label org.opencontainers.image.revision=") for line in lines)
+    assert lines[-1] == f"  {images.BUILD_DIR / 'cuda'}"
+    # The printed context is there to build from by hand, and holds what `inv build` sends.
+    assert (images.BUILD_DIR / "cuda" / "Dockerfile").read_text().startswith("# reprokit image for `cuda`")
+    # It is a shell command: bash parses it (echoing instead of building) into the same argv.
+    echoed = subprocess.run(
+        ["bash", "-c", "docker() { printf '%s\\n' \"$@\"; }\n" + "\n".join(lines[1:])],
+        capture_output=True,
+        text=True,
+    )
+    assert echoed.stdout.splitlines()[:3] == ["build", "--tag", tag]
+    assert SECRET not in result.stdout
+
+
+def test_build_dry_run_with_a_wheelhouse_serves_it_on_localhost_and_uses_the_host_network(tmp_path):
+    result = run_inv(
+        "build",
+        "--accelerator",
+        "cpu",
+        "--dry-run",
+        "--base-image",
+        BASE_IMAGE,
+        "--wheelhouse",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    port = images.WHEELHOUSE_PORT
+    assert f"python3 -m http.server --bind 127.0.0.1 --directory {tmp_path} {port} &" in result.stdout
+    assert "  --network host \\" in result.stdout
+    assert f"  --build-arg WHEELHOUSE_URL=http://127.0.0.1:{port}/ \\" in result.stdout
+    assert f"  --label org.opencontainers.image.base.name={BASE_IMAGE} \\" in result.stdout
+
+
+def test_docker_run_dry_run_prints_the_container_command_with_secrets_by_name_only():
+    result = run_inv(
+        "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
+        "--variant", "workers0", "--dry-run", "--out", "/tmp/reprokit-out",
+        env={"HF_TOKEN": SECRET},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "docker run --rm --init --name reprokit-bridgetower--workers0-" in out
+    assert "  -v /tmp/reprokit-out/SESSION/runs:/reprokit/runs:rw \\" in out
+    assert "  -e RUN_DIR=/reprokit/runs/bridgetower--workers0 \\" in out
+    assert "  --ipc=host \\" in out and "  --shm-size=2g \\" in out
+    assert "  -e HF_TOKEN \\" in out and SECRET not in out
+    assert (
+        f"{images.image_tag(accelerators.get('cpu'))} bash /reprokit/runs/bridgetower--workers0/run.sh" in out
+    )
+
+
+def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hub-cache"))
+    cell = smoke_cell()
+    cuda = docker_runtime.container_spec(
+        cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cuda"), "img"
+    )
+    kwargs = cuda.sdk_kwargs()
+    request = kwargs["device_requests"][0]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert (kwargs["ipc_mode"], kwargs["shm_size"]) == ("host", "16g")
+    assert {(u["Name"], u["Soft"], u["Hard"]) for u in kwargs["ulimits"]} == {
+        ("memlock", -1, -1),
+        ("stack", 67108864, 67108864),
+    }
+    assert kwargs["environment"]["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    # The token reaches the container at run time, from the host's environment.
+    assert kwargs["environment"]["HF_TOKEN"] == SECRET
+    assert kwargs["volumes"] == {str((tmp_path / "runs").resolve()): {"bind": "/reprokit/runs", "mode": "rw"}}
+    assert kwargs["command"] == ["bash", "/reprokit/runs/bridgetower--workers0/run.sh"]
+
+    gaudi = docker_runtime.container_spec(
+        cell, tmp_path / "runs" / cell.cell_id, accelerators.get("gaudi2"), "img"
+    )
+    kwargs = gaudi.sdk_kwargs()
+    assert (kwargs["runtime"], kwargs["network_mode"], kwargs["cap_add"]) == ("habana", "host", ["sys_nice"])
+    assert "device_requests" not in kwargs
+    assert "--runtime=habana" in gaudi.command_line() and "--cap-add=sys_nice" in gaudi.command_line()
+
+
+def test_the_container_runs_as_the_host_user_unless_the_kit_runs_as_root(tmp_path, monkeypatch):
+    cell = smoke_cell()
+    profile = accelerators.get("cpu")
+    monkeypatch.setattr(os, "getuid", lambda: 1234)
+    monkeypatch.setattr(os, "getgid", lambda: 99)
+    spec = docker_runtime.container_spec(cell, tmp_path / cell.cell_id, profile, "img")
+    assert spec.user == "1234:99" and spec.environment["HOME"] == "/tmp"
+    assert "  --user 1234:99 \\" in spec.command_line()
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    assert docker_runtime.container_spec(cell, tmp_path / cell.cell_id, profile, "img").user is None
+
+
+def test_the_hub_cache_is_mounted_read_only_when_the_user_has_one(tmp_path, monkeypatch):
+    cell = smoke_cell()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    spec = docker_runtime.container_spec(
+        cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img"
+    )
+    assert str(tmp_path / "hf") not in spec.volumes and "HF_HUB_CACHE" not in spec.environment
+    (tmp_path / "hf" / "hub").mkdir(parents=True)
+    spec = docker_runtime.container_spec(
+        cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img"
+    )
+    assert spec.volumes[str(tmp_path / "hf")] == {"bind": "/reprokit/hf-home", "mode": "ro"}
+    assert spec.environment["HF_HUB_CACHE"] == "/reprokit/hf-home/hub"
+
+
+def test_the_wheelhouse_holds_wheels_for_the_images_python_and_glibc(tmp_path):
+    argv = images.wheelhouse_command(accelerators.get("cpu"), tmp_path)
+    assert argv[1:4] == ["-m", "pip", "download"]
+    assert "--only-binary=:all:" in argv
+    assert argv[argv.index("--python-version") + 1] == "3.11" and argv[argv.index("--abi") + 1] == "cp311"
+    platforms = {argv[i + 1] for i, token in enumerate(argv) if token == "--platform"}
+    assert {"manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_36_x86_64"} <= platforms
+    assert "manylinux_2_38_x86_64" not in platforms  # newer than bookworm's glibc 2.36
+    pins = Path(argv[argv.index("--requirement") + 1]).read_text()
+    assert "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
+
+
+def test_a_served_wheelhouse_lists_its_wheels_on_localhost(tmp_path):
+    import urllib.request
+
+    (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    with images.serve_directory(tmp_path, port=0) as url:
+        assert url.startswith("http://127.0.0.1:")
+        listing = urllib.request.urlopen(url, timeout=5).read().decode()
+    assert 'href="demo-1.0-py3-none-any.whl"' in listing
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("build", "--accelerator", "cpu"),
+        ("run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke", "--out"),
+    ],
+    ids=["build", "run"],
+)
+def test_without_an_engine_build_and_the_docker_runtime_say_so_in_one_line(tmp_path, args):
+    result = run_inv(*args, *([str(tmp_path)] if args[-1] == "--out" else []), env=NO_ENGINE)
+    assert result.returncode == 2, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("reprokit: ")
+        and "no Docker engine is running; start dockerd or set DOCKER_HOST" in last
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_the_auto_runtime_says_which_runtime_and_why_in_one_line():
+    result = run_inv(
+        "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--dry-run", env=NO_ENGINE
+    )
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "runtime" in line]
+    assert len(said) == 1
+    assert "with the local runtime" in said[0] and "no Docker engine is running" in said[0]
+
+
+# ---- with an engine: build once, run inside ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def engine():
+    reason = docker_runtime.engine_status()
+    if reason is not None:
+        _unavailable(f"no Docker engine: {reason} (.ci/services/docker.sh starts one)")
+    client = docker_runtime.client(timeout=120)
+    try:
+        client.images.get(BASE_IMAGE)
+    except Exception:
+        _unavailable(f"no {BASE_IMAGE} image (.ci/make-base-image.sh makes it)")
+    return client
+
+
+@pytest.fixture(scope="session")
+def cpu_image(engine, tmp_path_factory):
+    """The cpu image, built as CI builds it: from a local wheelhouse, on the local base, a token set."""
+    wheels = tmp_path_factory.mktemp("wheelhouse")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    filled = run_inv("wheelhouse", "--accelerator", "cpu", "--dest", str(wheels), timeout=1200)
+    timings["wheelhouse"] = time.monotonic() - started
+    assert filled.returncode == 0, filled.stderr
+    command = ("build", "--accelerator", "cpu", "--base-image", BASE_IMAGE, "--wheelhouse", str(wheels))
+    started = time.monotonic()
+    built = run_inv(*command, env={"HF_TOKEN": SECRET}, timeout=1800)
+    timings["build"] = time.monotonic() - started
+    assert built.returncode == 0, built.stderr[-3000:]
+    tag = built.stdout.strip().splitlines()[-1]
+    print(f"\ncpu image {tag}: wheelhouse {timings['wheelhouse']:.0f}s, build {timings['build']:.0f}s")
+    yield {"tag": tag, "command": command, "output": built.stderr, "wheels": wheels, "timings": timings}
+    shutil.rmtree(wheels, ignore_errors=True)  # gigabytes; the image holds what was installed
+
+
+@pytest.mark.docker
+def test_the_image_is_tagged_by_its_build_context_and_labelled_with_its_provenance(engine, cpu_image):
+    profile = accelerators.get("cpu")
+    assert cpu_image["tag"] == images.image_tag(profile)
+    image = engine.images.get(cpu_image["tag"])
+    labels = image.labels
+    assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE
+    assert labels["org.opencontainers.image.base.digest"] == engine.images.get(BASE_IMAGE).id
+    if "up to date" in cpu_image["output"]:
+        # Built before this session from the same context, maybe at another commit: the label
+        # names the revision that built it.
+        assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?", labels["org.opencontainers.image.revision"])
+    else:
+        assert labels["org.opencontainers.image.revision"] == cells.kit_revision()
+    assert labels["org.opencontainers.image.version"] == images.__version__
+    assert labels["io.reprokit.context-hash"] == cpu_image["tag"].rsplit("-", 1)[1]
+    assert json.loads(labels["io.reprokit.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
+
+
+@pytest.mark.docker
+def test_the_packages_were_installed_from_the_wheelhouse_only(engine, cpu_image):
+    """The pip layer's recorded command: the served wheelhouse, and no index (so no internet)."""
+    history = engine.images.get(cpu_image["tag"]).history()
+    (pip_layer,) = [h for h in history if "pip install" in h["CreatedBy"]]
+    assert f"WHEELHOUSE_URL=http://127.0.0.1:{images.WHEELHOUSE_PORT}/" in pip_layer["CreatedBy"]
+    assert "--no-index" in pip_layer["CreatedBy"]
+    torch_layers = [h for h in history if h["Size"] > 1_000_000_000]
+    assert torch_layers == [pip_layer]  # the trainers' layer above it stays small
+
+
+@pytest.mark.docker
+def test_no_secret_from_the_build_environment_lands_in_the_image(engine, cpu_image):
+    history = subprocess.run(
+        ["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", cpu_image["tag"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "WHEELHOUSE_URL" in history  # the build args are in it: the place a token would show
+    assert SECRET not in history and "HF_TOKEN" not in history
+    attrs = engine.images.get(cpu_image["tag"]).attrs
+    assert SECRET not in json.dumps(attrs)
+
+
+@pytest.mark.docker
+def test_a_second_build_with_nothing_changed_is_a_cache_hit(engine, cpu_image):
+    image_id = engine.images.get(cpu_image["tag"]).id
+    started = time.monotonic()
+    again = run_inv(*cpu_image["command"], env={"HF_TOKEN": SECRET})
+    seconds = time.monotonic() - started
+    assert again.returncode == 0, again.stderr
+    assert "is up to date" in again.stderr and "Building" not in again.stderr
+    assert seconds < 20, f"a cache hit took {seconds:.0f}s"
+    assert engine.images.get(cpu_image["tag"]).id == image_id
+
+
+def _probe_cell(run_dir: Path, body: str) -> cells.Cell:
+    """A cell whose trainer is a small script in its own run directory (reached through the mount)."""
+    cell = smoke_cell()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "probe.py").write_text(body)
+    # run.sh runs "$SCRIPTS/<trainer>"; from /opt/reprokit/scripts this is the mounted run dir.
+    cell.trainer = f"../../../reprokit/runs/{run_dir.name}/probe.py"
+    return cell
+
+
+PROBE = """\
+import json, os, sys, time
+run_dir = sys.argv[sys.argv.index("--output_dir") + 1]
+print("hello from the container", flush=True)
+keys = ("RUN_DIR", "HF_TOKEN", "REPROKIT_IMAGE_ID", "REPROKIT_IMAGE_TAG", "REPROKIT_IMAGE_LABELS")
+json.dump({**{k: os.environ.get(k) for k in keys}, "uid": os.getuid()}, open(run_dir + "/env.json", "w"))
+{tail}
+"""
+
+
+@pytest.mark.docker
+def test_a_cell_runs_in_the_image_with_its_run_dir_mounted_and_the_image_recorded(
+    engine, cpu_image, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HF_TOKEN", "runtime-token")
+    run_dir = tmp_path / "runs" / "probe-ok"
+    tail = 'json.dump({"status": "ok", "samples_per_second": 1.0, "steps": 1}, open(run_dir + "/summary.json", "w"))'
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", tail))
+    outcome = docker_runtime.DockerRuntime().run(cell, run_dir, accelerators.get("cpu"))
+    assert outcome["status"] == "ok", outcome
+    seen = json.loads((run_dir / "env.json").read_text())
+    image = engine.images.get(cpu_image["tag"])
+    assert seen["RUN_DIR"] == "/reprokit/runs/probe-ok"
+    assert seen["HF_TOKEN"] == "runtime-token"  # at run time, from the host
+    assert (seen["REPROKIT_IMAGE_ID"], seen["REPROKIT_IMAGE_TAG"]) == (image.id, cpu_image["tag"])
+    assert json.loads(seen["REPROKIT_IMAGE_LABELS"]) == image.labels
+    assert seen["uid"] == os.getuid()  # the host user (root here only when the kit runs as root)
+    assert "hello from the container" in (run_dir / "stdout.log").read_text()
+    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+
+
+@pytest.mark.docker
+def test_a_failing_cell_keeps_its_exit_code_and_log_tail(engine, cpu_image, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-fails"
+    cell = _probe_cell(
+        run_dir, PROBE.replace("{tail}", 'print("boom: the trainer gave up", flush=True); sys.exit(3)')
+    )
+    outcome = docker_runtime.DockerRuntime().run(cell, run_dir, accelerators.get("cpu"))
+    assert (outcome["status"], outcome["exit_code"]) == ("failed", 3)
+    assert outcome["error"] == "boom: the trainer gave up"
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+
+
+@pytest.mark.docker
+def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-sleeps"
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", "time.sleep(600)"))
+    seen: list[str] = []
+    started = time.monotonic()
+    outcome = docker_runtime.DockerRuntime().run(
+        cell, run_dir, accelerators.get("cpu"), timeout=5, progress=seen.append
+    )
+    assert time.monotonic() - started < 60
+    assert outcome["status"] == "timeout" and outcome["error"] == "timeout"
+    assert seen and seen[0].startswith("running ")
+    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+
+
+INTERRUPTED_RUN = """\
+import signal, sys
+from pathlib import Path
+from reprokit import accelerators, cells, recipes
+from reprokit.runtimes.docker import DockerRuntime
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background process starts with it ignored
+cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"])[0]
+cell.trainer = sys.argv[2]
+try:
+    DockerRuntime().run(cell, Path(sys.argv[1]), accelerators.get("cpu"))
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+@pytest.mark.docker
+def test_ctrl_c_stops_the_container_and_records_the_interruption(engine, cpu_image, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-interrupted"
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", "time.sleep(600)"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_RUN, str(run_dir), cell.trainer],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (run_dir / "env.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the trainer is running inside the container
+    assert (run_dir / "env.json").exists(), "the container never started the trainer"
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip() == "interrupted"
+    assert time.monotonic() - started < 8  # SIGTERM reached the trainer; no wait for the SIGKILL
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["exit_code"] == 143
+    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+
+
+@pytest.mark.docker
+def test_a_missing_image_says_which_build_makes_it(engine):
+    runtime = docker_runtime.DockerRuntime(image="reprokit/cpu:not-built")
+    with pytest.raises(
+        ReprokitError,
+        match=r"no image reprokit/cpu:not-built here; build it with `inv build --accelerator cpu`",
+    ):
+        runtime.run(smoke_cell(), Path("/tmp/unused"), accelerators.get("cpu"))
+
+
+@pytest.mark.docker
+def test_the_bridgetower_smoke_cell_runs_in_the_cpu_image(engine, cpu_image, tmp_path):
+    started = time.monotonic()
+    result = run_inv(
+        "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
+        "--variant", "workers0", "--out", str(tmp_path), timeout=900,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    print(f"\nbridgetower smoke cell in the cpu image: {seconds:.0f}s")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (session,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run_dir = session / "runs" / "bridgetower--workers0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["samples_per_second"] > 0
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    rows = (run_dir / "throughput.csv").read_text().strip().splitlines()
+    assert rows[0].startswith("step,") and len(rows) >= 2
+    sysinfo = json.loads((run_dir / "sysinfo.json").read_text())
+    image = engine.images.get(cpu_image["tag"])
+    assert sysinfo["image_id"] == image.id and sysinfo["image_tag"] == cpu_image["tag"]
+    assert sysinfo["image_labels"]["org.opencontainers.image.base.name"] == BASE_IMAGE
+    assert sysinfo["versions"]["torch"].startswith("2.14.1")
+    # Written by the container, owned by whoever ran the kit.
+    assert run_dir.joinpath("summary.json").stat().st_uid == os.getuid()
