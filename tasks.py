@@ -9,7 +9,8 @@ from pathlib import Path
 from invoke import Exit, task
 
 from reprokit import accelerators, cells, recipes, render, report, session
-from reprokit.errors import ReprokitError, RunFailed
+from reprokit import reproduce as reproduce_
+from reprokit.errors import ReprokitError
 
 COMMON_HELP = {
     "accelerator": "cuda, gaudi2, cpu or auto (detect this machine's; default)",
@@ -18,7 +19,8 @@ COMMON_HELP = {
     "variant": "run only this variant (repeatable); `inv show RECIPE` lists them",
     "out": "results folder (default: results/)",
     "devices": "devices per node (default: the published count, capped at what this machine has)",
-    "nodes": "nodes (Slurm runtime)",
+    "nodes": "nodes (Slurm runtime); with run/reproduce a list such as 1,2 runs every cell at each "
+    "count and reports the scaling efficiency",
 }
 # Options of the Slurm runtime (`--runtime slurm`), passed on to it as runtime_options.
 SLURM_HELP = {
@@ -262,6 +264,19 @@ def _int(value):
     return None if value in (None, "") else int(value)
 
 
+def _nodes(value):
+    """--nodes 2, or a list 1,2 (each cell at each count)."""
+    if value in (None, ""):
+        return None
+    try:
+        counts = [int(part) for part in str(value).split(",")]
+    except ValueError:
+        raise ReprokitError(f"--nodes {value}: give a number of nodes, or a list such as 1,2") from None
+    if any(count < 1 for count in counts) or len(set(counts)) != len(counts):
+        raise ReprokitError(f"--nodes {value}: node counts must be distinct and at least 1")
+    return counts[0] if len(counts) == 1 else counts
+
+
 def _reproduce(
     names, accelerator, scale, runtime, variant, out, devices, nodes, resume, timeout, dry_run, options=None
 ):
@@ -272,86 +287,11 @@ def _reproduce(
         runtime=runtime,
         variants=list(variant or []),
         devices=_int(devices),
-        nodes=_int(nodes),
+        nodes=_nodes(nodes),
         timeout=float(timeout) if timeout else None,
         runtime_options=dict(options or {}),
     )
-    if resume:
-        # The session's own plan (session.json), so the same cells are rerun without repeating flags.
-        session_dir = session.resume_dir(out, resume)
-        the_plan, request = session.resume_plan(session_dir, request)
-    else:
-        the_plan = session.plan(
-            request.recipes,
-            accelerator,
-            scale,
-            runtime,
-            request.variants or None,
-            request.devices,
-            request.nodes,
-        )
-    # --image is the docker runtime's option too (its tag); the others are Slurm's alone.
-    slurm_only = [key for key in request.runtime_options if key != "image" or the_plan.runtime != "docker"]
-    if slurm_only and the_plan.runtime != "slurm":
-        flags = ", ".join(f"--{key.replace('_', '-')}" for key in slurm_only)
-        raise ReprokitError(
-            f"{flags}: Slurm options, for --runtime slurm (this session runs {the_plan.runtime})"
-        )
-    for message in the_plan.messages:
-        session.console.print(message)
-    if dry_run:
-        profile = accelerators.get(the_plan.accelerator)
-        for cell in the_plan.cells:
-            print(f"# {cell.cell_id} ({the_plan.runtime}, {cell.scale}, {cell.accelerator})")
-            print(render.run_script(cell, profile))
-            if the_plan.runtime == "docker":
-                from reprokit.runtimes import docker as docker_runtime
-
-                run_dir = Path(out or session.RESULTS_DIR) / "SESSION" / "runs" / cell.cell_id
-                print("# in the image, with the session's runs/ mounted:")
-                print(docker_runtime.dry_run_command(cell, run_dir, profile) + "\n")
-            if the_plan.runtime == "slurm":
-                from reprokit.runtimes import slurm
-
-                run_dir = Path(out or session.RESULTS_DIR) / "SESSION" / "runs" / cell.cell_id
-                print(
-                    "# sbatch.sh, submitted with `sbatch --parsable` (`inv render --runtime slurm` writes it):"
-                )
-                opts = slurm.SlurmOptions(**request.runtime_options)
-                print(slurm.job_script(cell, profile, run_dir, opts))
-        return None
-    if resume:
-        session.mark_resumed(session_dir)
-    else:
-        session_dir = session.new_session_dir(out, None)
-        session.save_session(session_dir, the_plan, request)
-    session.console.print(f"Session: {session_dir}")
-    try:
-        outcomes = session.run_cells(
-            the_plan,
-            session_dir,
-            resume=bool(resume),
-            timeout=request.timeout,
-            runtime_options=request.runtime_options or None,
-        )
-    except KeyboardInterrupt:
-        # results.csv still says what the run directories say, interrupted cell included.
-        report.collect.collect(session_dir)
-        session.console.print(f"Interrupted. Finish the session with: inv reproduce --resume {session_dir}")
-        raise
-    written = report.write(session_dir)
-    report.print_table(written.table)
-    session.console.print(
-        f"Report: {written.html} ({written.markdown.name})\n"
-        f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
-    )
-    failed = [o for o in outcomes if o.get("status") != "ok"]
-    if failed:
-        raise RunFailed(
-            f"{len(failed)} of {len(outcomes)} cells did not complete (see {written.markdown}); "
-            f"rerun them with: inv reproduce --resume {session_dir}"
-        )
-    return session_dir
+    reproduce_.reproduce(request, out, resume, dry_run)
 
 
 RUN_HELP = helps(

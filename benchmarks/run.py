@@ -9,19 +9,20 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
   `reprokit` (which must not import torch).
 
-The GPU suite trains the real architectures (random weights, synthetic data) for a few dozen
-steps through the trainers and reads their summary.json: nothing here is estimated.
+It also counts the FLOPs of one training sample of each benchmarked model (flops.py) and the
+model FLOPs utilization the published figures imply.
+
+The GPU suite (gpu.py) runs the recipes' published cells on one GPU for a few dozen steps through
+the kit's local runtime and reads their summary.json: nothing there is estimated.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ WIDTHS, HEIGHTS = (500, 900), (400, 800)
 IMAGE_SIZE = 294
 # Largest mean |difference| from the published path, in normalized units (1/255 of a pixel
 # level is ~0.015 after CLIP's std): what "equal to tolerance" means for each kit path.
-TOLERANCE = {"kit": 0.01, "kit-draft": 0.08}
+TOLERANCE = {"kit": 0.01, "kit-draft": 0.10}
 
 
 def _images(count: int, seed: int = 0) -> list[bytes]:
@@ -98,11 +99,15 @@ class _Bytes:
 
 
 def _loader_rate(images, transform, workers: int) -> float:
+    """Images/s of a DataLoader in steady state: the clock starts at the first batch, after the
+    workers have started (forking them costs as much as a few batches here)."""
     import torch
 
-    loader = torch.utils.data.DataLoader(_Bytes(images, transform), batch_size=16, num_workers=workers)
+    loader = torch.utils.data.DataLoader(_Bytes(images * 4, transform), batch_size=16, num_workers=workers)
+    batches = iter(loader)
+    next(batches)
     start = time.perf_counter()
-    count = sum(batch.shape[0] for batch in loader)
+    count = sum(batch.shape[0] for batch in batches)
     return count / (time.perf_counter() - start)
 
 
@@ -122,7 +127,6 @@ def data_path(count: int, repeats: int, workers: list[int]) -> list[dict]:
             outputs = [transform(img) for img in images]
             times.append(time.perf_counter() - start)
         diffs = torch.stack([(o.float() - r).abs().mean() for o, r in zip(outputs, reference, strict=True)])
-        worst = max(float((o.float() - r).abs().max()) for o, r in zip(outputs, reference, strict=True))
         rows.append(
             {
                 "suite": "data-path",
@@ -130,7 +134,8 @@ def data_path(count: int, repeats: int, workers: list[int]) -> list[dict]:
                 "workers": 0,
                 "images_per_s": count / min(times),
                 "mean_abs_diff": float(diffs.mean()),
-                "max_abs_diff": worst,
+                # The tolerance applies to this: no image's mean difference may exceed it.
+                "worst_image_mean_diff": float(diffs.max()),
             }
         )
     for w in workers:
@@ -181,84 +186,28 @@ def overhead() -> list[dict]:
     ]
 
 
-def _train(trainer: str, args: list[str], label: str) -> dict:
-    """Run a trainer for real on the GPU and return its measured summary."""
-    with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, str(ROOT / "scripts" / trainer), "--output_dir", out, *args]
-        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        summary_file = Path(out) / "summary.json"
-        if result.returncode != 0 or not summary_file.exists():
-            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return {"suite": "gpu", "name": label, "status": "failed", "error": " | ".join(tail)}
-        summary = json.loads(summary_file.read_text())
-        return {
-            "suite": "gpu",
-            "name": label,
-            "status": summary["status"],
-            "per_second": summary.get("samples_per_second"),
-            "unit": summary.get("unit"),
-            "peak_memory_gib": (summary.get("peak_memory_bytes") or 0) / 2**30,
-            "extra": json.dumps({k: summary[k] for k in ("train_samples_per_second", "mfu") if k in summary}),
-        }
+def model_flops() -> list[dict]:
+    """FLOPs per training sample, counted, and the MFU the published figures imply."""
+    import flops
 
-
-def gpu(steps: int) -> list[dict]:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SystemExit("make bench-gpu needs a CUDA device; none is visible (torch.cuda.is_available() is False)")
-    sys.path.insert(0, str(ROOT))
-    import yaml
-
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
-    common = [
-        "--random_init", "--synthetic_data", "--model_config_json", json.dumps(recipe["model"]["architecture"]),
-        "--per_device_train_batch_size", "48", "--bf16", "--max_steps", str(steps), "--logging_steps", "5",
-        "--throughput_warmup_steps", "5", "--remove_unused_columns", "false", "--do_train",
-        "--synthetic_num_train", str(48 * (steps + 2)), "--report_to", "none", "--save_strategy", "no",
-    ]  # fmt: skip
+    published = [
+        ("BridgeTower-large, 294 px + 128 tokens", flops.bridgetower(), "H100", 602.1, 8),
+        ("VOLO-D5 at 224 (token labeling)", flops.volo("volo_d5", 224), "A100", 500.0, 8),
+        ("ViT-B/16 at 224 (pycls, class token)", flops.vit("b16", 224), None, None, None),
+    ]
     rows = []
-    for workers in (0, 1, 2):
+    for name, count, device, value, devices in published:
+        implied = flops.mfu(count, value, device, devices) if device else None
         rows.append(
-            _train("run_bridgetower.py", [*common, "--dataloader_num_workers", str(workers)], f"bridgetower w{workers}")
+            {
+                "suite": "flops",
+                "name": name,
+                "gflop_per_sample": count / 1e9,
+                "published": f"{value} on {devices} {device}" if device else "",
+                "implied_mfu": implied,
+            }
         )
-    rows.append(
-        _train(
-            "run_bridgetower.py",
-            [*common, "--dataloader_num_workers", "2", "--image_pipeline", "gpu_decode"],
-            "bridgetower gpu_decode",
-        )
-    )
-    rows.append(
-        _train(
-            "run_volo.py",
-            ["--model_name_or_path", "volo_d5_224", "--img_size", "224", "--per_device_train_batch_size", "44",
-             "--amp", "bf16", "--synthetic_data", "--max_steps", str(steps), "--throughput_warmup_steps", "5",
-             "--dataloader_num_workers", "8", "--token_label", "--token_label_size", "14"],  # fmt: skip
-            "volo_d5 224",
-        )
-    )
-    for rung in ("baseline", "amp", "foreach", "pooled", "batch-second"):
-        rows.append(_train("run_vit.py", _vit_rung(rung, steps), f"vit ladder {rung}"))
     return rows
-
-
-def _vit_rung(rung: str, steps: int) -> list[str]:
-    import yaml
-
-    recipe = yaml.safe_load((ROOT / "recipes" / "vit-speedups.yaml").read_text())
-    args = {**recipe.get("hyperparameters", {})}
-    for variant in recipe["variants"]:
-        if variant["name"] == rung:
-            args.update(variant.get("args", {}))
-    args.update({"synthetic_data": True, "max_steps": steps, "throughput_warmup_steps": 5})
-    argv = []
-    for key, value in args.items():
-        if value is True:
-            argv.append(f"--{key}")
-        elif value not in (None, False):
-            argv += [f"--{key}", str(value)]
-    return argv
 
 
 def _print(rows: list[dict], title: str) -> None:
@@ -292,26 +241,44 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per measurement; the best is kept")
     parser.add_argument("--workers", type=int, nargs="*", default=[2], help="loader worker counts to measure")
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --gpu: print each cell's run.sh (arguments checked) and run nothing",
+    )
     args = parser.parse_args()
     if args.gpu:
-        rows = gpu(args.steps)
-        _print(rows, "GPU throughput (real training steps)")
-        print(f"wrote {_write(rows, 'gpu')}")
+        import gpu
+
+        if args.dry_run:
+            print("\n".join(gpu.dry_run(args.steps)))
+            return
+        rows = gpu.run(args.steps)
+        _print(
+            rows, "GPU throughput (real training steps, one device) beside the published per-device figure"
+        )
+        print(f"wrote {_write(rows, 'gpu')} (run directories in {gpu.RUNS})")
         return
     rows = data_path(args.images, args.repeats, args.workers)
     _print(rows, "BridgeTower data path: JPEG bytes -> tensors (one core unless workers > 0)")
     costs = overhead()
     _print(costs, "kit overhead")
-    print(f"wrote {_write(rows, 'data-path')} and {_write(costs, 'overhead')}")
+    counted = model_flops()
+    _print(
+        counted,
+        "FLOPs per training sample (counted on the meta device) and the MFU the published figures imply",
+    )
+    print(f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')} and {_write(counted, 'flops')}")
     by_name = {r["name"]: r for r in rows if r["workers"] == 0}
     for name in ("kit", "kit-draft"):
         r = by_name[name]
-        within = "within" if r["mean_abs_diff"] <= TOLERANCE[name] else "OUTSIDE"
+        within = "within" if r["worst_image_mean_diff"] <= TOLERANCE[name] else "OUTSIDE"
         print(
             f"data path ({name}): {r['ratio_vs_published']:.1f}x the published CPU path per core, "
-            f"mean |diff| {r['mean_abs_diff']:.4f} ({within} tolerance {TOLERANCE[name]})"
+            f"mean |diff| {r['mean_abs_diff']:.4f}, worst image {r['worst_image_mean_diff']:.4f} "
+            f"({within} tolerance {TOLERANCE[name]})"
         )
-    # The headline: the kit's default CPU path (draft decoding) against the published one.
+    # The headline: the kit's fastest CPU path (reduced decoding, area resampling) against the published one.
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
 
 

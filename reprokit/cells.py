@@ -46,6 +46,8 @@ class Cell:
     recipe_hash: str = ""
     kit_version: str = __version__
     kit_revision: str | None = None
+    # Appended to the cell ids of a session that runs each cell at several node counts ("--2n").
+    id_suffix: str = ""
 
     def argv(self) -> list[str]:
         """The trainer's arguments, ``--output_dir`` excepted (the runtime sets it)."""
@@ -53,14 +55,14 @@ class Cell:
 
     def needed_cells(self) -> dict[str, str]:
         """Trainer arg -> cell id of the cell whose output it consumes."""
-        return {arg: cell_id(self.recipe, other) for arg, other in self.needs.items()}
+        return {arg: cell_id(self.recipe, other, self.id_suffix) for arg, other in self.needs.items()}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def cell_id(recipe: str, variant: str) -> str:
-    return f"{recipe}--{variant}"
+def cell_id(recipe: str, variant: str, suffix: str = "") -> str:
+    return f"{recipe}--{variant}{suffix}"
 
 
 def to_argv(args: dict[str, Any]) -> list[str]:
@@ -147,6 +149,7 @@ def expand(
     variants: list[str] | None = None,
     devices: int | None = None,
     nodes: int | None = None,
+    id_suffix: str = "",
 ) -> list[Cell]:
     """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first."""
     profile = accelerators.get(accelerator)
@@ -181,7 +184,7 @@ def expand(
         args.update(scale_def.args)
         cells.append(
             Cell(
-                cell_id=cell_id(recipe.name, variant.name),
+                cell_id=cell_id(recipe.name, variant.name, id_suffix),
                 recipe=recipe.name,
                 title=recipe.title,
                 variant=variant.name,
@@ -206,6 +209,7 @@ def expand(
                 recipe_file=str(path),
                 recipe_hash=digest,
                 kit_revision=revision,
+                id_suffix=id_suffix,
             )
         )
     return _dependency_order(cells)

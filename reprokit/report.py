@@ -97,6 +97,8 @@ DETAIL_HEADERS = [
     "verdict",
     "speedup vs baseline (measured vs published)",
     "speedup verdict",
+    "nodes",
+    "scaling efficiency",
     "wall time",
     "peak memory",
 ]
@@ -128,6 +130,9 @@ def _detail(r: dict[str, Any]) -> list[str]:
         r.get("verdict") or "-",
         _speedup(r),
         r.get("speedup_verdict") or "-",
+        str(r.get("nodes") or "-"),
+        # Per device over the single-node run of the same cell in this session (1.0: linear).
+        _fmt(r.get("scaling_efficiency")),
         _seconds(r.get("wall_time_s")),
         _bytes(r.get("peak_memory_bytes")),
     ]
@@ -369,10 +374,14 @@ TERMINAL_HEADERS = ["cell", "status", "per device", "published", "ratio", "verdi
 
 def print_table(table: list[dict[str, Any]], console: Console | None = None) -> None:
     """The results at a glance (report.html has everything): per-device figures, the verdicts."""
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log file or a pipe: wide enough that cell ids stay whole
+            console = Console(width=140)
     units = sorted({r["unit"] for r in table if r.get("unit")})
     view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
-    for header in TERMINAL_HEADERS:
+    scaling = any(r.get("scaling_efficiency") is not None for r in table)
+    for header in [*TERMINAL_HEADERS, *(["scaling efficiency"] if scaling else [])]:
         view.add_column(
             header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
         )
@@ -390,6 +399,7 @@ def print_table(table: list[dict[str, Any]], console: Console | None = None) -> 
             _ratio(r.get("ratio_per_device")),
             f"[{style}]{verdict}[/]" if style else verdict,
             speedup,
+            *([_fmt(r.get("scaling_efficiency"))] if scaling else []),
         )
     notes = sorted(
         {r["normalization"] for r in table if (r.get("normalization") or "").startswith("per device")}

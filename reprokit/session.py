@@ -36,7 +36,7 @@ class Plan:
     messages: list[str]
     # What was passed on to every recipe's expansion (None: each recipe's own), for --resume.
     devices: int | None = None
-    nodes: int | None = None
+    nodes: int | list[int] | None = None
 
 
 def choose_scale(scale: str, accelerator: str) -> str:
@@ -76,8 +76,10 @@ def plan(
     runtime: str = "auto",
     variants: list[str] | None = None,
     devices: int | None = None,
-    nodes: int | None = None,
+    nodes: int | list[int] | None = None,
 ) -> Plan:
+    """The cells to run. A list of node counts runs every cell at each (ids end in --<n>n), so the
+    report can give each multi-node cell's scaling efficiency over its single-node twin."""
     messages: list[str] = []
     chosen_accelerator = accelerators.resolve(accelerator)
     chosen_scale = choose_scale(scale, chosen_accelerator)
@@ -101,7 +103,10 @@ def plan(
             expand(recipe, name, chosen_accelerator, chosen_scale, variants)  # raises: names the variants
         if variants and wanted is None:
             continue
-        cells += expand(recipe, name, chosen_accelerator, chosen_scale, wanted, devices, nodes)
+        counts = nodes if isinstance(nodes, list) else [nodes]
+        for count in counts:
+            suffix = f"--{count}n" if len(counts) > 1 else ""
+            cells += expand(recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, suffix)
     return Plan(chosen_accelerator, chosen_scale, chosen_runtime, cells, messages, devices, nodes)
 
 
@@ -143,7 +148,7 @@ class Request:
     runtime: str = "auto"
     variants: list[str] = field(default_factory=list)
     devices: int | None = None
-    nodes: int | None = None
+    nodes: int | list[int] | None = None
     timeout: float | None = None
     runtime_options: dict[str, Any] = field(default_factory=dict)
 

@@ -494,6 +494,11 @@ def train(
     return step, last_loss
 
 
+def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -501,8 +506,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
     warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
-    model_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, train_args = parse_args(argv)
 
     device = accelerator_device()
     if device.type == "cuda":

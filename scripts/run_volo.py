@@ -607,12 +607,16 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
     return path
 
 
+def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
-    model_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, train_args = parse_args(argv)
     init_distributed()
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0

@@ -304,6 +304,11 @@ def test_a_second_build_with_nothing_changed_is_a_cache_hit(engine, cpu_image):
     assert engine.images.get(cpu_image["tag"]).id == image_id
 
 
+def leftover_containers(engine, run_dir: Path) -> list:
+    """Containers of this run directory still there (the runtime removes its container)."""
+    return engine.containers.list(all=True, filters={"label": f"io.reprokit.run-dir={run_dir.resolve()}"})
+
+
 def _probe_cell(run_dir: Path, body: str) -> cells.Cell:
     """A cell whose trainer is a small script in its own run directory (reached through the mount)."""
     cell = smoke_cell()
@@ -342,7 +347,7 @@ def test_a_cell_runs_in_the_image_with_its_run_dir_mounted_and_the_image_recorde
     assert json.loads(seen["REPROKIT_IMAGE_LABELS"]) == image.labels
     assert seen["uid"] == os.getuid()  # the host user (root here only when the kit runs as root)
     assert "hello from the container" in (run_dir / "stdout.log").read_text()
-    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+    assert not leftover_containers(engine, run_dir)
 
 
 @pytest.mark.docker
@@ -355,7 +360,7 @@ def test_a_failing_cell_keeps_its_exit_code_and_log_tail(engine, cpu_image, tmp_
     assert (outcome["status"], outcome["exit_code"]) == ("failed", 3)
     assert outcome["error"] == "boom: the trainer gave up"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
-    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+    assert not leftover_containers(engine, run_dir)
 
 
 @pytest.mark.docker
@@ -370,7 +375,7 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
     assert time.monotonic() - started < 60
     assert outcome["status"] == "timeout" and outcome["error"] == "timeout"
     assert seen and seen[0].startswith("running ")
-    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+    assert not leftover_containers(engine, run_dir)
 
 
 INTERRUPTED_RUN = """\
@@ -403,6 +408,7 @@ def test_ctrl_c_stops_the_container_and_records_the_interruption(engine, cpu_ima
     while not (run_dir / "env.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)  # the trainer is running inside the container
     assert (run_dir / "env.json").exists(), "the container never started the trainer"
+    assert len(leftover_containers(engine, run_dir)) == 1  # found by its label while it runs
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
     out, _ = proc.communicate(timeout=60)
@@ -410,7 +416,7 @@ def test_ctrl_c_stops_the_container_and_records_the_interruption(engine, cpu_ima
     assert time.monotonic() - started < 8  # SIGTERM reached the trainer; no wait for the SIGKILL
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["exit_code"] == 143
-    assert not engine.containers.list(all=True, filters={"name": "reprokit-bridgetower--workers0-"})
+    assert not leftover_containers(engine, run_dir)
 
 
 @pytest.mark.docker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import numpy as np
@@ -52,13 +53,26 @@ def test_kit_path_equals_the_published_one_to_a_hundredth(jpegs, published):
         assert float(difference.quantile(0.99)) < 0.05
 
 
-def test_draft_decoding_stays_within_its_stated_tolerance(jpegs, published):
-    """Decoding at 1/2 scale low-passes differently from an antialiased bicubic: up to ~5 levels."""
+def test_the_fast_path_stays_within_its_stated_tolerance(jpegs, published):
+    """Reduced DCT decoding and area resampling low-pass differently from an antialiased bicubic:
+    a few 8-bit levels on average, never more than 0.10 (~7 levels) on any image."""
     transform = FastImageTransform(294, draft=True)
     errors = [float((transform(d) - e).abs().mean()) for d, e in zip(jpegs, published, strict=True)]
-    assert max(errors) < 0.08
-    # Images too small for a draft decode go through the exact path.
-    assert errors[0] < 0.01 and errors[1] < 0.01
+    assert max(errors) < 0.10
+    # Where no reduced decode applies, only the resampling filter differs: closer still.
+    assert errors[0] < 0.05 and errors[1] < 0.05
+
+
+def test_images_simplejpeg_cannot_decode_take_the_same_steps_through_pillow(jpegs, published):
+    from PIL import Image
+
+    exact = FastImageTransform(294, draft=False)
+    fast = FastImageTransform(294, draft=True)
+    for data, expected in zip(jpegs, published, strict=True):
+        png = io.BytesIO()
+        Image.open(io.BytesIO(data)).save(png, format="PNG")
+        assert float((exact(png.getvalue()) - expected).abs().mean()) < 0.01
+        assert float((fast(png.getvalue()) - expected).abs().mean()) < 0.10
 
 
 def test_a_misaligned_crop_would_be_caught(jpegs, published):

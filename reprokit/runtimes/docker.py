@@ -93,6 +93,7 @@ class ContainerSpec:
     profile: Profile
     user: str | None = None
     passthrough: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def sdk_kwargs(self) -> dict[str, Any]:
         from docker.types import DeviceRequest, Ulimit
@@ -109,6 +110,7 @@ class ContainerSpec:
             },
             "volumes": self.volumes,
             "detach": True,
+            "labels": self.labels,
             # An init as PID 1 passes `docker stop`'s SIGTERM on (a PID 1 trainer would ignore it).
             "init": True,
         }
@@ -138,6 +140,7 @@ class ContainerSpec:
             lines.append(["-v", f"{host}:{bind['bind']}:{bind['mode']}"])
         lines += [["-e", f"{key}={value}"] for key, value in self.environment.items()]
         lines += [["-e", key] for key in self.passthrough]
+        lines += [["--label", f"{key}={value}"] for key, value in self.labels.items()]
         lines.append([self.image, *self.command])
         return " \\\n  ".join(" ".join(shlex.quote(t) for t in line) for line in lines)
 
@@ -193,6 +196,8 @@ def container_spec(
         profile=profile,
         user=str(user) if user is not None else None,
         passthrough=[key for key in PASSTHROUGH_ENV if key in os.environ],
+        # `docker ps --filter label=io.reprokit.run-dir=...` finds the container of a run directory.
+        labels={"io.reprokit.cell": cell.cell_id, "io.reprokit.run-dir": str(run_dir.resolve())},
     )
 
 

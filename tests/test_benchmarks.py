@@ -1,0 +1,64 @@
+"""The benchmark harness: what `make bench-gpu` would run is checked on any machine, and the FLOP
+counts behind its MFU column are right."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+flops = pytest.importorskip("flops")
+
+
+def test_the_gpu_suite_dry_run_prints_the_published_cells_on_one_device_with_checked_arguments():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--gpu", "--dry-run", "--steps", "30"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    bodies = re.split(r"^#!/usr/bin/env bash$", result.stdout, flags=re.M)[1:]
+    scripts = {body.split(":", 1)[0].strip("\n# "): body for body in bodies}
+    assert {"bridgetower--workers0", "bridgetower--workers2-gpu-decode", "volo--pretrain-d5"} <= set(scripts)
+    assert {f"vit-speedups--{rung}" for rung in ("baseline", "amp", "pooled", "batch-second", "fsdp")} <= set(
+        scripts
+    )
+    bridgetower = scripts["bridgetower--workers2-gpu-decode"]
+    # The published settings, on one device, shortened and offline.
+    for flag in (
+        "--per_device_train_batch_size 48",
+        "--bf16",
+        "--image_pipeline gpu_decode",
+        "--random_init",
+    ):
+        assert flag in bridgetower
+    assert 'LAUNCH=("$PYTHON")' in bridgetower and "--max_steps 30" in bridgetower
+    volo = scripts["volo--pretrain-d5"]
+    assert "--per_device_train_batch_size 44" in volo and "--lr 0.0001" in volo
+    # Finetuning reads the pretraining run's checkpoint, which runs first.
+    assert '--finetune "$RUN_DIR/../volo--pretrain-d5/checkpoint"' in scripts["volo--finetune-d5-512"]
+
+
+def vit_forward_flops(depth: int, width: int, mlp: int, tokens: int, patch_pixels: int, classes: int) -> int:
+    """Matmul FLOPs of one ViT forward pass per image, by hand (2 FLOPs per multiply-add)."""
+    per_layer = 2 * tokens * (4 * width * width + 2 * width * mlp) + 2 * 2 * tokens * tokens * width
+    return depth * per_layer + 2 * (tokens - 1) * patch_pixels * width + 2 * width * classes
+
+
+def test_the_counted_vit_b16_flops_match_the_closed_form():
+    counted = flops.vit("b16", 224, classifier="token", layout="batch_first")
+    by_hand = 3 * vit_forward_flops(12, 768, 3072, 14 * 14 + 1, 3 * 16 * 16, 1000)  # backward = 2x forward
+    assert counted == pytest.approx(by_hand, rel=0.01)
+
+
+def test_mfu_is_achieved_over_peak_flops_of_the_named_device():
+    assert flops.mfu(1e12, 98.94, "NVIDIA H100 80GB HBM3") == pytest.approx(0.1)
+    assert flops.mfu(1e12, 98.94, "NVIDIA H100 80GB HBM3", devices=2) == pytest.approx(0.05)
+    assert flops.mfu(1e12, 100.0, "Some Unknown GPU") is None
