@@ -57,15 +57,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         session_dir = session.resume_dir(out, resume)
         the_plan, request = session.resume_plan(session_dir, request)
     else:
-        the_plan = session.plan(
-            request.recipes,
-            request.accelerator,
-            request.scale,
-            request.runtime,
-            request.variants or None,
-            request.devices,
-            request.nodes,
-        )
+        the_plan = session.plan_request(request)
     _check_runtime_options(the_plan, request)
     for message in the_plan.messages:
         session.console.print(message)

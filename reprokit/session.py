@@ -219,19 +219,24 @@ def _conflicts(stored: dict[str, Any], request: Request) -> list[str]:
     return found
 
 
+def plan_request(request: Request) -> Plan:
+    """The plan of what the user asked for, flags as given."""
+    return plan(
+        request.recipes,
+        request.accelerator,
+        request.scale,
+        request.runtime,
+        request.variants or None,
+        request.devices,
+        request.nodes,
+    )
+
+
 def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
     """The plan of a session being resumed: its stored plan, re-expanded to the same cells."""
     stored = collect.session_plan(session_dir)
     if not stored:
-        the_plan = plan(
-            request.recipes,
-            request.accelerator,
-            request.scale,
-            request.runtime,
-            request.variants or None,
-            request.devices,
-            request.nodes,
-        )
+        the_plan = plan_request(request)
         the_plan.messages.append(
             f"{session_dir.name} has no {collect.SESSION_FILE}: planned from the flags given instead."
         )

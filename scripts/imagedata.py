@@ -21,7 +21,7 @@ import math
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,31 @@ from synthetic import jpeg_bytes, sample_sizes
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
+
+
+@dataclass
+class ImageNetArguments:
+    """The image data of the ImageNet trainers (VOLO, ViT): a real ImageNet folder or its synthetic stand-in."""
+
+    dataset_name: str = field(default="imagenet-1k", metadata={"help": "recorded in the summary"})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "ImageNet root with train/<class>/*.JPEG; without it, synthetic data"}
+    )
+    synthetic_data: bool = field(
+        default=False, metadata={"help": "use synthetic ImageNet-like JPEGs even with data_dir"}
+    )
+    synthetic_num_train: int = field(default=1_281_167, metadata={"help": "epoch length (ImageNet-1k train)"})
+    synthetic_num_classes: int = field(default=1000)
+    synthetic_image_width: list[int] = field(
+        default_factory=lambda: [375, 500], metadata={"help": "[min, max]"}
+    )
+    synthetic_image_height: list[int] = field(
+        default_factory=lambda: [333, 500], metadata={"help": "[min, max]"}
+    )
+    synthetic_pool_size: int = field(
+        default=512, metadata={"help": "distinct JPEGs the samples cycle through"}
+    )
+    synthetic_seed: int = field(default=0)
 
 
 class ImageFolderSource:

@@ -96,29 +96,10 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
-    dataset_name: str = field(default="imagenet-1k", metadata={"help": "recorded in the summary"})
-    data_dir: str | None = field(
-        default=None, metadata={"help": "ImageNet root with train/<class>/*.JPEG; without it, synthetic data"}
-    )
-    synthetic_data: bool = field(
-        default=False, metadata={"help": "use synthetic ImageNet-like JPEGs even with data_dir"}
-    )
-    synthetic_num_train: int = field(default=1_281_167, metadata={"help": "epoch length (ImageNet-1k train)"})
-    synthetic_num_classes: int = field(default=1000)
-    synthetic_image_width: list[int] = field(
-        default_factory=lambda: [375, 500], metadata={"help": "[min, max]"}
-    )
-    synthetic_image_height: list[int] = field(
-        default_factory=lambda: [333, 500], metadata={"help": "[min, max]"}
-    )
-    synthetic_pool_size: int = field(
-        default=512, metadata={"help": "distinct JPEGs the samples cycle through"}
-    )
+class DataArguments(imagedata.ImageNetArguments):
     synthetic_label_map_size: int = field(
         default=18, metadata={"help": "H = W of synthetic token-label maps"}
     )
-    synthetic_seed: int = field(default=0)
     token_label: bool = field(
         default=True, metadata={"help": "published --token-label (always on: the recipe's loss)"}
     )
