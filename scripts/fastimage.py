@@ -129,7 +129,7 @@ class FastImageTransform:
             array = self.cv2.resize(array[top:bottom, left:right], size, interpolation=self.cv2.INTER_AREA)
         else:
             image = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-            array = np.asarray(image.resize(size, Image.Resampling.BICUBIC, box=box))
+            array = np.array(image.resize(size, Image.Resampling.BICUBIC, box=box))  # writable, for torch
         chw = torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1)
         return torch.addcmul(self.shift, chw, self.scale)
 

@@ -144,3 +144,72 @@ def test_a_malformed_recipe_file_on_the_command_line_exits_2(inv, recipe_file):
     assert result.returncode == 2
     assert f"reprokit: {path}: devices: Input should be greater than or equal to 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_show_volo_gives_d5s_published_pretrain_and_finetune_commands_exactly(inv):
+    """SOURCES.md §3: the D5 command lines, flag by flag; the inconsistent token-label size is
+    recorded as published and run as the token grid requires, and `inv show` says so."""
+    result = inv("show", "volo", "--scale", "published", "--accelerator", "cuda", "--json")
+    assert result.returncode == 0, result.stderr
+    shown = {c["variant"]: c for c in json.loads(result.stdout)["cells"]}
+    pretrain, finetune = shown["pretrain-d5"], shown["finetune-d5-512"]
+    expected_pretrain = {
+        "model_name_or_path": "volo_d5_224",
+        "img_size": 224,
+        "per_device_train_batch_size": 44,
+        "lr": 1.0e-4,
+        "drop_path": 0.75,
+        "apex_amp": True,
+        "token_label": True,
+        "token_label_size": 14,
+    }
+    assert {k: pretrain["args"][k] for k in expected_pretrain} == expected_pretrain
+    expected_finetune = {
+        "model_name_or_path": "volo_d5_512",
+        "img_size": 512,
+        "per_device_train_batch_size": 4,
+        "lr": 2.3e-5,
+        "drop_path": 0.5,
+        "apex_amp": True,
+        "epochs": 30,
+        "weight_decay": 1.0e-8,
+        "warmup_epochs": 5,
+        "ground_truth": True,
+        "token_label": True,
+        "token_label_size": 32,
+    }
+    assert {k: finetune["args"][k] for k in expected_finetune} == expected_finetune
+    assert finetune["published"] == {"token_label_size": 24}
+    assert finetune["needs"] == {"finetune": "pretrain-d5"}
+    assert pretrain["devices"] == 8 and finetune["devices"] == 8
+    assert [(r["device"], r["devices"], r["value"]) for r in pretrain["references"]] == [
+        ("a100-80gb", 8, 500),
+        ("a100-80gb", 40, 2100),
+    ]
+    assert any("213 h" in note and "170 h" in note for note in pretrain["notes"])
+    text = inv(
+        "show", "volo", "--scale", "published", "--accelerator", "cuda", "--variant", "finetune-d5-512"
+    )
+    assert "published token_label_size=24, run with token_label_size=32" in text.stdout
+
+
+def test_the_vit_ladder_stacks_each_optimization_on_the_previous_rung():
+    recipe = recipes.load("vit-speedups")
+    ladder = ["baseline", "amp", "multi-tensor", "pooled", "batch-second", "fsdp"]
+    switches = ("amp", "optimizer_impl", "classifier", "layout", "sharding")
+    found = {c.variant: c for c in cells.expand(recipe, "vit-speedups", "cuda", "published")}
+    changed = []
+    for lower, upper in zip(ladder, ladder[1:], strict=False):
+        diff = [k for k in switches if found[lower].args[k] != found[upper].args[k]]
+        changed.append(diff)
+    assert changed == [["amp"], ["optimizer_impl"], ["classifier"], ["layout"], ["sharding"]]
+    assert found["baseline"].args["amp"] == "no" and found["baseline"].args["sharding"] == "ddp"
+    # Batch 560 over one node of 8 GPUs at 224, as published; the published speedups as references.
+    assert all(found[r].args["per_device_train_batch_size"] * found[r].devices == 560 for r in ladder)
+    assert all(found[r].args["img_size"] == 224 for r in ladder)
+    ratios = {v: [ref["ratio"] for ref in c.references] for v, c in found.items() if c.references}
+    assert ratios == {"fsdp": [1.51], "fsdp-b384-img256": [1.86], "pure-fp16": [2.18]}
+    assert (
+        found["fsdp-b384-img256"].args["per_device_train_batch_size"],
+        found["fsdp-b384-img256"].args["img_size"],
+    ) == (384, 256)
