@@ -59,6 +59,21 @@ class ImageNetArguments:
     )
     synthetic_seed: int = field(default=0)
 
+    def image_source(self) -> tuple[ImageFolderSource | SyntheticImageSource, dict[str, Any]]:
+        """The ImageNet folder when one is given (and synthetic data not forced), else the stand-in;
+        with what the summary records of it."""
+        if self.data_dir and not self.synthetic_data:
+            return ImageFolderSource(self.data_dir), {"data": "imagenet-folder", "data_dir": self.data_dir}
+        source = SyntheticImageSource(
+            self.synthetic_num_train,
+            self.synthetic_num_classes,
+            self.synthetic_image_width,
+            self.synthetic_image_height,
+            self.synthetic_pool_size,
+            self.synthetic_seed,
+        )
+        return source, {"data": "synthetic", "synthetic_pool_size": len(source.pool)}
+
 
 class ImageFolderSource:
     """``<root>/<split>/<class>/<image>``: ImageNet's layout; class ids follow the sorted class names."""

@@ -224,19 +224,7 @@ class PyclsTrainTransform:
 def build_loader(
     args: DataArguments, img_size: int, batch_size: int, seed: int
 ) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
-    if args.data_dir and not args.synthetic_data:
-        source: Any = imagedata.ImageFolderSource(args.data_dir)
-        described: dict[str, Any] = {"data": "imagenet-folder", "data_dir": args.data_dir}
-    else:
-        source = imagedata.SyntheticImageSource(
-            args.synthetic_num_train,
-            args.synthetic_num_classes,
-            args.synthetic_image_width,
-            args.synthetic_image_height,
-            args.synthetic_pool_size,
-            args.synthetic_seed,
-        )
-        described = {"data": "synthetic", "synthetic_pool_size": len(source.pool)}
+    source, described = args.image_source()
     dataset = imagedata.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
     if dist.get_world_size() > 1:
         sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)

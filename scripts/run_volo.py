@@ -264,19 +264,7 @@ def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
 def build_data(
     data_args: DataArguments, img_size: int, label_size: int, batch_size: int, seed: int
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.Sampler, dict[str, Any]]:
-    if data_args.data_dir and not data_args.synthetic_data:
-        source = imagedata.ImageFolderSource(data_args.data_dir)
-        described = {"data": "imagenet-folder", "data_dir": data_args.data_dir}
-    else:
-        source = imagedata.SyntheticImageSource(
-            data_args.synthetic_num_train,
-            data_args.synthetic_num_classes,
-            data_args.synthetic_image_width,
-            data_args.synthetic_image_height,
-            data_args.synthetic_pool_size,
-            data_args.synthetic_seed,
-        )
-        described = {"data": "synthetic", "synthetic_pool_size": len(source.pool)}
+    source, described = data_args.image_source()
     maps = tokenlabel.LabelMaps(
         data_args.token_label_data,
         source.num_classes,
