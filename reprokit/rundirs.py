@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
         "exit_code": exit_code,
         "error": reason or _last_error_line(tail) or f"exit code {exit_code}",
         "log_tail": tail,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "summary.json", failed)
@@ -81,7 +81,11 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
 
 def skip(run_dir: Path, reason: str) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
-    skipped = {"status": "skipped", "error": reason, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    skipped = {
+        "status": "skipped",
+        "error": reason,
+        "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
+    }
     write_json_atomic(run_dir / "summary.json", skipped)
     return skipped
 

@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ THROUGHPUT_FIELDS = [
     "loss",
     "learning_rate",
 ]
+
+
+def now_iso() -> str:
+    """Local time with its offset, to the millisecond: wall times of sub-second runs stay non-zero."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def global_rank() -> int:
@@ -198,7 +204,7 @@ class RunDir:
         self.unit = unit
         self.main = is_main_process()
         # When the trainer started (sysinfo.json's started_at): the report's start time and wall time.
-        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.started_at = now_iso()
         self._csv = None
         self._writer = None
         self._tb = None
@@ -312,7 +318,7 @@ class RunDir:
             "world_size": world_size(),
             "num_nodes": int(os.environ.get("REPROKIT_NUM_NODES", os.environ.get("SLURM_NNODES", "1"))),
             "peak_memory_bytes": peak_memory_bytes(),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "finished_at": now_iso(),
         }
         summary.update(extra)
         write_json_atomic(self.path / "summary.json", summary)
