@@ -9,6 +9,7 @@ from the FLOPs counted in flops.py. Published figures are whole-node numbers, co
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shutil
 import sys
@@ -68,17 +69,23 @@ def check_arguments(cell: cells.Cell) -> None:
 
 
 def flops_per_sample(cell: cells.Cell) -> float:
-    import flops
-
     args = cell.args
     if cell.recipe == "bridgetower":
-        return flops.bridgetower()
+        return _counted("bridgetower")
     if cell.recipe == "volo":
-        family = args["model_name_or_path"].rsplit("_", 1)[0]
-        return flops.volo(family, int(args["img_size"]))
-    return flops.vit(
-        args["model_size"], int(args["img_size"]), classifier=args["classifier"], layout=args["layout"]
-    )
+        return _counted("volo", args["model_name_or_path"].rsplit("_", 1)[0], int(args["img_size"]))
+    return _counted("vit", args["model_size"], int(args["img_size"]), args["classifier"], args["layout"])
+
+
+@functools.cache
+def _counted(model: str, *key: Any) -> float:
+    """One count per distinct model: the ladder's rungs and the loader variants share theirs."""
+    import flops
+
+    if model == "vit":
+        size, img_size, classifier, layout = key
+        return flops.vit(size, img_size, classifier=classifier, layout=layout)
+    return getattr(flops, model)(*key)
 
 
 def published_per_device(cell: cells.Cell) -> tuple[float | None, str]:

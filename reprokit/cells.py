@@ -123,22 +123,20 @@ def _references_for(variant: Variant, accelerator: str) -> list[Reference]:
     return [r for r in variant.references if r.ratio is not None or r.device in keys]
 
 
-def kit_revision() -> str | None:
+def git(*args: str) -> str | None:
+    """A git command's output in the kit's checkout; None where git or the checkout is missing."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if out.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True
-        )
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def kit_revision() -> str | None:
+    revision = git("rev-parse", "--short=12", "HEAD")
+    if not revision:
+        return None
+    return revision + ("-dirty" if git("status", "--porcelain") else "")
 
 
 def expand(

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import __version__, recipes
 from .accelerators import Profile
-from .cells import ROOT, kit_revision
+from .cells import ROOT, git, kit_revision
 from .errors import ReprokitError
 from .render import context_hash, write_build_context
 
@@ -75,18 +75,9 @@ def build_context(profile: Profile) -> Path:
 
 def kit_source() -> str | None:
     """Where the kit comes from: the git remote, when the checkout has one."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    url = git("config", "--get", "remote.origin.url") or ""
     # A URL with credentials in it (https://user:token@host/...) must not land in a label.
-    url = re.sub(r"//[^/@]+@", "//", out.stdout.strip())
-    return url or None
+    return re.sub(r"//[^/@]+@", "//", url) or None
 
 
 def labels(profile: Profile, context: Path, base_image: str, base_digest: str | None) -> dict[str, str]:

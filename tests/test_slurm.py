@@ -49,6 +49,10 @@ def shim(folder: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
+# The BridgeTower smoke cell on two CPU nodes, no container: what the CI cluster runs.
+TWO_CPU_NODES = ("--accelerator", "cpu", "--scale", "smoke", "--nodes", "2", "--container", "none")
+
+
 def render_slurm(tmp_path: Path, *args: str) -> Path:
     result = run_inv("render", *args, "--runtime", "slurm", "--out", str(tmp_path / "rendered"))
     assert result.returncode == 0, result.stderr
@@ -146,18 +150,7 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
 
 def test_the_sbatch_script_exports_the_rendezvous_and_runs_run_sh_once_per_node(tmp_path):
     """sbatch.sh run as Slurm would run it, with srun and scontrol standing in."""
-    script = render_slurm(
-        tmp_path,
-        "bridgetower",
-        "--accelerator",
-        "cpu",
-        "--scale",
-        "smoke",
-        "--nodes",
-        "2",
-        "--container",
-        "none",
-    )
+    script = render_slurm(tmp_path, "bridgetower", *TWO_CPU_NODES)
     bin_dir = tmp_path / "bin"
     shim(bin_dir, "scontrol", """
 case "$1 $2" in
@@ -199,18 +192,7 @@ esac
 
 
 def test_run_sh_hands_each_rank_to_the_wrapper_through_torchrun(tmp_path):
-    script = render_slurm(
-        tmp_path,
-        "bridgetower",
-        "--accelerator",
-        "cpu",
-        "--scale",
-        "smoke",
-        "--nodes",
-        "2",
-        "--container",
-        "none",
-    )
+    script = render_slurm(tmp_path, "bridgetower", *TWO_CPU_NODES)
     run_dir = script.parent.resolve()
     bin_dir = tmp_path / "bin"
     shim(bin_dir, "python", f'printf "%s\\n" "$@" > {tmp_path}/argv.txt\n')
