@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import __version__, accelerators
+from .data import apply as apply_data
 from .errors import ReprokitError
-from .recipes import Recipe, Reference, Variant, recipe_hash, resolve_path
-
-ROOT = Path(__file__).resolve().parent.parent
+from .gitinfo import kit_revision
+from .recipes import Recipe, Reference, Variant, recipe_hash, resolve_path, trainer_module
+from .records import SCHEMA_VERSION
 
 
 @dataclass
@@ -48,6 +47,18 @@ class Cell:
     kit_revision: str | None = None
     # Appended to the cell ids of a session that runs each cell at several node counts ("--2n").
     id_suffix: str = ""
+    # Speedups compare variants of one group (a post's first version has its own baseline).
+    group: str = "main"
+    # What the verdicts rest on that the publication does not state (shown in the report).
+    assumptions: list[str] = field(default_factory=list)
+    # The user's real data (--data KEY=PATH), as given.
+    data: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def trainer_module(self) -> str:
+        """What run.sh runs with `python -m`."""
+        return trainer_module(self.trainer)
 
     def argv(self) -> list[str]:
         """The trainer's arguments, ``--output_dir`` excepted (the runtime sets it)."""
@@ -123,22 +134,6 @@ def _references_for(variant: Variant, accelerator: str) -> list[Reference]:
     return [r for r in variant.references if r.ratio is not None or r.device in keys]
 
 
-def git(*args: str) -> str | None:
-    """A git command's output in the kit's checkout; None where git or the checkout is missing."""
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def kit_revision() -> str | None:
-    revision = git("rev-parse", "--short=12", "HEAD")
-    if not revision:
-        return None
-    return revision + ("-dirty" if git("status", "--porcelain") else "")
-
-
 def expand(
     recipe: Recipe,
     recipe_name_or_path: str,
@@ -148,8 +143,10 @@ def expand(
     devices: int | None = None,
     nodes: int | None = None,
     id_suffix: str = "",
+    data: dict[str, str] | None = None,
 ) -> list[Cell]:
-    """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first."""
+    """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first.
+    `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes."""
     profile = accelerators.get(accelerator)
     if scale not in recipe.scales:
         raise ReprokitError(f"unknown scale {scale!r}; known scales: {', '.join(recipe.scales)} (or auto)")
@@ -180,6 +177,7 @@ def expand(
         args.update(recipe.accelerator_args.get(profile.name, {}))
         args.update(variant.args)
         args.update(scale_def.args)
+        used = apply_data(recipe, args, data or {})
         cells.append(
             Cell(
                 cell_id=cell_id(recipe.name, variant.name, id_suffix),
@@ -200,11 +198,14 @@ def expand(
                     if r not in _references_for(variant, profile.name)
                 ],
                 baseline=variant.baseline,
+                group=variant.group,
+                assumptions=list(recipe.assumptions),
+                data=used,
                 needs=dict(variant.needs),
                 published=dict(variant.published),
                 notes=[*recipe.notes, *scale_def.notes, *variant.notes],
                 tolerance=recipe.tolerance,
-                recipe_file=str(path),
+                recipe_file=str(path.resolve()),
                 recipe_hash=digest,
                 kit_revision=revision,
                 id_suffix=id_suffix,

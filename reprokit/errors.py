@@ -11,3 +11,8 @@ class RunFailed(ReprokitError):
     """One or more cells failed; what was measured is kept."""
 
     exit_code = 1
+
+
+class StartFailed(ReprokitError):
+    """One cell could not be started (its container refused to run): it is recorded as failed and the
+    matrix goes on."""

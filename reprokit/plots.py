@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import comparison
+
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
 PUBLISHED_COLORS = ["#9dc3e6", "#f4b183", "#a9d18e", "#d9d9d9", "#ffd966"]
@@ -149,10 +151,9 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     published: dict[str, dict[str, float]] = {}  # device -> variant -> per-device figure
     if comparable:
         for r in rows:
-            for ref in list(r.get("references") or []) + list(r.get("other_references") or []):
+            for ref in comparison.all_references(r):
                 if ref.get("value") is not None:
-                    devices = int(ref.get("devices") or 1) * int(ref.get("nodes") or 1)
-                    published.setdefault(ref["device"], {})[r["variant"]] = ref["value"] / devices
+                    published.setdefault(ref["device"], {})[r["variant"]] = comparison.per_device(ref)
     series = [
         (f"measured ({_device_label(measured)})", {r["variant"]: r["measured_per_device"] for r in measured})
     ]
@@ -178,9 +179,15 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     ax.grid(axis="y", alpha=0.3)
     name = f"throughput-{_slug(recipe)}.png"
     caption = (
-        "Measured after the warm-up steps, divided by the number of devices; published figures are "
-        "whole-node numbers divided by their device count."
+        "Measured under each published figure's own definition (after the warm-up steps where there is "
+        "none), divided by the number of devices; published figures are whole-node numbers divided by "
+        "their device count."
     )
+    unjudged = sorted(
+        {r.get("verdict_reasons") for r in rows if r.get("verdict") == comparison.NOT_COMPARABLE} - {None}
+    )
+    if comparable and unjudged:
+        caption += f" Not comparable here: {'; '.join(unjudged)}."
     return Plot(recipe, name, f"{recipe}: throughput per device", caption, _save(fig, session_dir, name))
 
 

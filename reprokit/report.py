@@ -17,14 +17,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import collect
+from . import collect, comparison
 from .plots import Plot
+from .throughput import DEFINITIONS
 
 VERDICT_STYLES = {
-    collect.REPRODUCED: "green",
-    collect.FASTER: "cyan",
-    collect.SLOWER: "yellow",
-    collect.NO_RESULT: "red",
+    comparison.REPRODUCED: "green",
+    comparison.FASTER: "cyan",
+    comparison.SLOWER: "yellow",
+    comparison.NOT_COMPARABLE: "magenta",
+    comparison.NO_RESULT: "red",
 }
 
 
@@ -66,6 +68,10 @@ def _published(r: dict[str, Any]) -> str:
     return f"{_fmt(r['reference_per_device'])} ({_fmt(r['reference'])} on {r['reference_devices']} {r['device']})"
 
 
+def _percent(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.1%}"
+
+
 def _speedup(r: dict[str, Any]) -> str:
     if r.get("measured_speedup") is None and r.get("published_speedup") is None:
         return "-"
@@ -88,9 +94,12 @@ class Block:
 DETAIL_HEADERS = [
     "cell",
     "status",
+    "judged by",
     "measured",
     "per device",
-    "trainer's own (whole run)",
+    "after warm-up",
+    "whole run",
+    "GaudiTrainer formula",
     "published per device",
     "compared",
     "measured / published",
@@ -99,6 +108,7 @@ DETAIL_HEADERS = [
     "speedup verdict",
     "nodes",
     "scaling efficiency",
+    "MFU",
     "wall time",
     "peak memory",
 ]
@@ -120,19 +130,23 @@ def _detail(r: dict[str, Any]) -> list[str]:
     return [
         r.get("cell_id") or "-",
         r.get("status") or "-",
+        r.get("definition") or "-",
         _measured(r),
         _fmt(r.get("measured_per_device")),
-        # What the GPU figures were published with (warm-up included); shown where a trainer has it.
-        _fmt(r.get("trainer_measured")),
+        # Every definition the trainer recorded, beside the one the verdict used.
+        _fmt(r.get("measured_after_warmup")),
+        _fmt(r.get("measured_whole_run")),
+        _fmt(r.get("measured_gaudi_trainer")),
         _published(r),
         r.get("normalization") or "-",
         _ratio(r.get("ratio_per_device")),
-        r.get("verdict") or "-",
+        comparison.verdict_text(r),
         _speedup(r),
-        r.get("speedup_verdict") or "-",
+        comparison.verdict_text(r, "speedup_verdict", "speedup_verdict_reasons"),
         str(r.get("nodes") or "-"),
         # Per device over the single-node run of the same cell in this session (1.0: linear).
         _fmt(r.get("scaling_efficiency")),
+        _percent(r.get("mfu")),
         _seconds(r.get("wall_time_s")),
         _bytes(r.get("peak_memory_bytes")),
     ]
@@ -157,7 +171,7 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     variants = [r["variant"] or "-" for r in rows]
     published: dict[str, dict[str, str]] = {}
     for r in rows:
-        for ref in collect.all_references(r):
+        for ref in comparison.all_references(r):
             if ref.get("value") is not None:
                 devices = int(ref.get("devices") or 1) * int(ref.get("nodes") or 1)
                 label = f"published {ref['device']}, per device (of {devices})"
@@ -172,13 +186,16 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
             *(_fmt(r.get("measured_per_device")) for r in rows),
         ],
         ["measured / published", *(_ratio(r.get("ratio_per_device")) for r in rows)],
-        ["verdict", *((r.get("verdict") or "-") for r in rows)],
+        ["verdict", *(comparison.verdict_text(r) for r in rows)],
     ]
     if any(r.get("baseline") for r in rows):
         body += [
             ["speedup vs baseline, measured", *(_ratio(r.get("measured_speedup")) for r in rows)],
             ["speedup vs baseline, published", *(_ratio(r.get("published_speedup")) for r in rows)],
-            ["speedup verdict", *((r.get("speedup_verdict") or "-") for r in rows)],
+            [
+                "speedup verdict",
+                *(comparison.verdict_text(r, "speedup_verdict", "speedup_verdict_reasons") for r in rows),
+            ],
         ]
     return ["", *variants], body
 
@@ -200,11 +217,18 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         ),
         Block(
             "p",
-            "Throughput is global (all ranks), counted after the warm-up steps. Published figures are "
-            "for whole nodes, so both sides are compared per device (the 'compared' column says when "
-            "device counts differ). Verdict: reproduced within the recipe's tolerance "
-            f"({', '.join(f'±{t:.0%}' for t in tolerances) or '-'}), else faster or slower. Speedups are "
-            "over the recipe's baseline variant measured in this session, against the published ratio.",
+            "Throughput is global (all ranks). Each published figure is compared with the run's figure "
+            "under the same definition ('judged by'); the trainers record every definition they can, "
+            "shown beside it. Published figures are for whole nodes, so both sides are compared per "
+            "device (the 'compared' column says when device counts differ). Verdict: reproduced within "
+            f"the recipe's tolerance ({', '.join(f'±{t:.0%}' for t in tolerances) or '-'}), else faster "
+            "or slower; not comparable, with the reasons, when the run did not do what the publication "
+            "did (smoke scale, synthetic data, a switch not in effect, a shortened run for a whole-run "
+            "figure). Speedups are over the baseline variant of the same group measured in this "
+            "session, against the published ratio.",
+        ),
+        Block(
+            "table", headers=["definition", "what it counts"], rows=[[k, v] for k, v in DEFINITIONS.items()]
         ),
     ]
     if "smoke" in scales:
@@ -221,6 +245,10 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         out.append(Block("h2", f"{recipe}" + (f": {title}" if title else "")))
         headers, body = publication_table(rows)
         out.append(Block("table", headers=headers, rows=body))
+        assumptions = next((r.get("assumptions") for r in rows if r.get("assumptions")), [])
+        if assumptions:
+            out.append(Block("p", "The verdicts rest on these readings of the publication:"))
+            out += [Block("note", text) for text in assumptions]
         for plot in plots:
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
@@ -293,7 +321,7 @@ img { max-width: 100%; border: 1px solid #ddd; }
 pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 .note { border-left: 4px solid #e0a800; background: #fff8e1; padding: 0.5em 1em; }
 .reproduced { color: #1a7f37; } .faster { color: #0969da; } .slower { color: #9a6700; }
-.failed, .timeout, .interrupted, .no-result { color: #cf222e; }
+.failed, .timeout, .interrupted, .no-result { color: #cf222e; } .not-comparable { color: #8250df; }
 """
 
 
@@ -307,7 +335,17 @@ def _css_class(text: str) -> str:
     word = text.split(" (")[0].replace(" ", "-")
     return (
         f' class="{word}"'
-        if word in ("reproduced", "faster", "slower", "failed", "timeout", "interrupted", "no-result")
+        if word
+        in (
+            "reproduced",
+            "faster",
+            "slower",
+            "failed",
+            "timeout",
+            "interrupted",
+            "no-result",
+            "not-comparable",
+        )
         else ""
     )
 
@@ -386,8 +424,8 @@ def print_table(table: list[dict[str, Any]], console: Console | None = None) -> 
             header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
         )
     for r in table:
-        verdict = r.get("verdict") or "-"
-        style = VERDICT_STYLES.get(verdict, "")
+        verdict = comparison.verdict_text(r)
+        style = VERDICT_STYLES.get(r.get("verdict") or "-", "")
         speedup = "-"
         if r.get("measured_speedup") is not None or r.get("published_speedup") is not None:
             speedup = f"{_ratio(r.get('measured_speedup'))} ({_ratio(r.get('published_speedup'))})"

@@ -1,49 +1,31 @@
 """One `inv reproduce`: plan (or resume) a session, run its cells, collect and report.
 
-tasks.py only turns flags into a `session.Request`; what happens to it lives here.
+The tasks only turn flags into a `session.Request`; what happens to it lives here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import accelerators, render, report, session
-from .errors import ReprokitError, RunFailed
+from . import accelerators, report, session
+from .errors import RunFailed
+from .runtimes.base import run_script
 from .session import Plan, Request
 
 
-def _check_runtime_options(the_plan: Plan, request: Request) -> None:
-    # --image is the docker runtime's option too (its tag); the others are Slurm's alone.
-    slurm_only = [key for key in request.runtime_options if key != "image" or the_plan.runtime != "docker"]
-    if slurm_only and the_plan.runtime != "slurm":
-        flags = ", ".join(f"--{key.replace('_', '-')}" for key in slurm_only)
-        raise ReprokitError(
-            f"{flags}: Slurm options, for --runtime slurm (this session runs {the_plan.runtime})"
-        )
-
-
 def dry_run_text(the_plan: Plan, request: Request, out: str | None) -> str:
-    """What would run: each cell's run.sh, and the docker or sbatch wrapping around it."""
+    """What would run: each cell's run.sh, and what its runtime and container wrap around it."""
     profile = accelerators.get(the_plan.accelerator)
+    runtime = session.build_runtime(the_plan, request.runtime_options)
+    where = the_plan.runtime + ("" if the_plan.container == "none" else f" in {the_plan.container}")
     parts: list[str] = []
     for cell in the_plan.cells:
-        parts.append(f"# {cell.cell_id} ({the_plan.runtime}, {cell.scale}, {cell.accelerator})")
-        parts.append(render.run_script(cell, profile))
-        run_dir = Path(out or session.RESULTS_DIR) / "SESSION" / "runs" / cell.cell_id
-        if the_plan.runtime == "docker":
-            from .runtimes import docker as docker_runtime
-
-            parts.append("# in the image, with the session's runs/ mounted:")
-            parts.append(docker_runtime.dry_run_command(cell, run_dir, profile) + "\n")
-        if the_plan.runtime == "slurm":
-            from .runtimes import slurm
-
-            parts.append(
-                "# sbatch.sh, submitted with `sbatch --parsable` (`inv render --runtime slurm` writes it):"
-            )
-            parts.append(
-                slurm.job_script(cell, profile, run_dir, slurm.SlurmOptions(**request.runtime_options))
-            )
+        parts.append(f"# {cell.cell_id} ({where}, {cell.scale}, {cell.accelerator})")
+        parts.append(run_script(cell, profile))
+        run_dir = Path(out or session.RESULTS_DIR).resolve() / "SESSION" / "runs" / cell.cell_id
+        wrapping = runtime.dry_run(cell, run_dir, profile)
+        if wrapping:
+            parts.append(wrapping)
     return "\n".join(parts)
 
 
@@ -58,7 +40,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         the_plan, request = session.resume_plan(session_dir, request)
     else:
         the_plan = session.plan_request(request)
-    _check_runtime_options(the_plan, request)
+    session.build_runtime(the_plan, request.runtime_options)  # a stray option is refused before anything runs
     for message in the_plan.messages:
         session.console.print(message)
     if dry_run:

@@ -57,9 +57,13 @@ def _last_error_line(tail: list[str]) -> str | None:
 
 
 def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> dict[str, Any]:
-    """Settle a cell's outcome after its process ended; returns the final summary."""
+    """Settle a cell's outcome after its process ended; returns the final summary.
+
+    A summary the trainer wrote with status ok is the measurement, complete: it is kept as it is
+    whatever follows it (the kit stopped by Ctrl-C or a timeout in the moment between the trainer's
+    last write and its exit, a crash while tearing down the process group)."""
     found = summary(run_dir) or {}
-    if exit_code == 0 and found.get("status") == "ok":
+    if found.get("status") == "ok":
         return found
     tail = log_tail(run_dir)
     if exit_code == 0 and not found:

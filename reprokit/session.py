@@ -1,11 +1,14 @@
 """A session: the cells of one `inv reproduce`/`inv run`, run one after another into results/<session>/.
 
 Each cell's run directory is its own; a failed cell is recorded and the matrix goes on; an
-interrupted session resumes (`--resume SESSION`) without rerunning complete cells.
+interrupted session resumes (`--resume SESSION`) without rerunning complete cells. The session
+owns the one supervision loop every runtime's cells go through (`run_cell`): the clock, the
+timeout, Ctrl-C and termination signals, the progress line, and the settling of the run directory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -17,12 +20,15 @@ from typing import Any
 
 from rich.console import Console
 
-from . import accelerators, collect, recipes, rundirs, runtimes
-from .cells import ROOT, Cell, expand, kit_revision
-from .errors import ReprokitError
-from .render import write_run_dir_inputs
+from . import accelerators, collect, containers, recipes, rundirs, runtimes
+from .cells import Cell, expand
+from .data import resolve as resolve_data
+from .errors import ReprokitError, StartFailed
+from .gitinfo import kit_revision
+from .handles import Ended
+from .runtimes.base import Runtime, write_run_dir_inputs
 
-RESULTS_DIR = ROOT / "results"
+RESULTS_DIR = Path("results")
 TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -37,6 +43,7 @@ class Plan:
     # What was passed on to every recipe's expansion (None: each recipe's own), for --resume.
     devices: int | None = None
     nodes: int | list[int] | None = None
+    container: str = "none"
 
 
 def choose_scale(scale: str, accelerator: str) -> str:
@@ -45,28 +52,33 @@ def choose_scale(scale: str, accelerator: str) -> str:
     return "smoke" if accelerator == "cpu" else "published"
 
 
-def choose_runtime(runtime: str, accelerator: str) -> tuple[str, str | None]:
-    """The runtime to use, and a line that says why when it was chosen automatically."""
-    if runtime in runtimes.RUNTIMES:
-        return runtime, None
-    if runtime != "auto":
-        raise ReprokitError(
-            f"unknown runtime {runtime!r}; known runtimes: {', '.join(runtimes.RUNTIMES)} (or auto)"
-        )
-    from .runtimes import docker as docker_runtime
-
-    engine = docker_runtime.engine_status()
-    if engine is None:
-        if docker_runtime.image_available(accelerator):
-            return (
-                "docker",
-                f"a Docker engine answers and the {accelerator} image is built",
-            )
-        return (
-            "local",
-            f"a Docker engine answers but no {accelerator} image is built; `inv build` makes it",
-        )
-    return "local", f"no container engine: {engine}"
+def choose_runtime(
+    runtime: str, container: str, profile: accelerators.Profile
+) -> tuple[str, str, str | None]:
+    """(runtime, container platform, why they were chosen when chosen automatically)."""
+    if runtime == "docker":
+        # The kit's first runtimes fused where and in what: `--runtime docker` is Docker on this machine.
+        if container not in ("auto", "docker"):
+            raise ReprokitError(f"--runtime docker runs in Docker; it cannot take --container {container}")
+        runtime, container = "local", "docker"
+    chosen_automatically = runtime == "auto"
+    if chosen_automatically:
+        runtime = "local"
+    runtime_class = runtimes.REGISTRY.load(runtime)
+    if container != "auto":
+        if not containers.REGISTRY.load(container).serves(runtime_class.launches):
+            served = [
+                n
+                for n in containers.REGISTRY.names()
+                if containers.REGISTRY.load(n).serves(runtime_class.launches)
+            ]
+            raise ReprokitError(f"the {runtime} runtime runs cells in {', '.join(served)}, not {container}")
+        return runtime, container, None
+    if not chosen_automatically and runtime_class.launches == "local":
+        # `--runtime local` said on its own means this machine as it is: no container.
+        return runtime, "none", None
+    chosen, why = runtime_class(runtime_class.options_class(), None).auto_container(profile)
+    return runtime, chosen, why
 
 
 def plan(
@@ -77,26 +89,35 @@ def plan(
     variants: list[str] | None = None,
     devices: int | None = None,
     nodes: int | list[int] | None = None,
+    container: str = "auto",
+    fit_devices: bool = True,
+    data: dict[str, str] | None = None,
 ) -> Plan:
     """The cells to run. A list of node counts runs every cell at each (ids end in --<n>n), so the
-    report can give each multi-node cell's scaling efficiency over its single-node twin."""
+    report can give each multi-node cell's scaling efficiency over its single-node twin.
+    `fit_devices`: published cells run locally on at most the devices this machine has (not wanted
+    when only rendering for another machine)."""
     messages: list[str] = []
     chosen_accelerator = accelerators.resolve(accelerator)
+    profile = accelerators.get(chosen_accelerator)
     chosen_scale = choose_scale(scale, chosen_accelerator)
-    chosen_runtime, why = choose_runtime(runtime, chosen_accelerator)
+    chosen_runtime, chosen_container, why = choose_runtime(runtime, container, profile)
     if accelerator == "auto" or scale == "auto" or why:
         found = "No accelerator" if chosen_accelerator == "cpu" else f"Accelerator {chosen_accelerator}"
         reason = f" ({why})" if why else ""
+        inside = "" if chosen_container == "none" else f" in {chosen_container}"
         messages.append(
-            f"{found} here: running the {chosen_scale} scale with the {chosen_runtime} runtime{reason}."
+            f"{found} here: running the {chosen_scale} scale with the {chosen_runtime} runtime{inside}{reason}."
         )
-    if chosen_scale == "published" and devices is None and chosen_runtime != "slurm":
+    if fit_devices and chosen_scale == "published" and devices is None and chosen_runtime == "local":
         # Published runs used 8 devices; on a smaller machine run per device and compare per device.
         devices = min(accelerators.device_count(chosen_accelerator), 8)
     cells: list[Cell] = []
     recipe_names = names or recipes.available()
+    loaded = {name: recipes.load(name) for name in recipe_names}
+    real_data = resolve_data(list(loaded.values()), data or {})
     for name in recipe_names:
-        recipe = recipes.load(name)
+        recipe = loaded[name]
         messages.extend(f"warning: {w}" for w in recipe.warnings)
         wanted = [v for v in (variants or []) if v in {x.name for x in recipe.variants}] or None
         if variants and wanted is None and len(recipe_names) == 1:
@@ -106,8 +127,12 @@ def plan(
         counts = nodes if isinstance(nodes, list) else [nodes]
         for count in counts:
             suffix = f"--{count}n" if len(counts) > 1 else ""
-            cells += expand(recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, suffix)
-    return Plan(chosen_accelerator, chosen_scale, chosen_runtime, cells, messages, devices, nodes)
+            cells += expand(
+                recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, suffix, real_data
+            )
+    return Plan(
+        chosen_accelerator, chosen_scale, chosen_runtime, cells, messages, devices, nodes, chosen_container
+    )
 
 
 def new_session_dir(out: str | None, session: str | None) -> Path:
@@ -150,13 +175,20 @@ class Request:
     devices: int | None = None
     nodes: int | list[int] | None = None
     timeout: float | None = None
+    # The runtime's and the container platform's options (--partition, --image, ...), by name.
     runtime_options: dict[str, Any] = field(default_factory=dict)
+    container: str = "auto"
+    # Site settings in effect (reprokit.yaml, REPROKIT_* variables), recorded with their sources.
+    settings: dict[str, Any] = field(default_factory=dict)
+    # The user's real data: --data KEY=PATH (and the `data` setting).
+    data: dict[str, str] = field(default_factory=dict)
 
 
 def _recipe_ref(name: str) -> str:
-    """A recipe by name stays a name; a recipe file becomes an absolute path (resume runs anywhere)."""
+    """A kit recipe by name stays a name; any other recipe file becomes an absolute path (a resume
+    finds it without the --recipes folder it came from)."""
     path = recipes.resolve_path(name)
-    return name if path.parent == recipes.RECIPES_DIR and path.stem == name else str(path.resolve())
+    return name if recipes.is_kit_recipe(path) and path.stem == name else str(path.resolve())
 
 
 def save_session(session_dir: Path, the_plan: Plan, request: Request) -> Path:
@@ -171,6 +203,7 @@ def save_session(session_dir: Path, the_plan: Plan, request: Request) -> Path:
         "accelerator": the_plan.accelerator,
         "scale": the_plan.scale,
         "runtime": the_plan.runtime,
+        "container": the_plan.container,
         "devices": the_plan.devices,
         "nodes": the_plan.nodes,
         "cells": [
@@ -195,14 +228,28 @@ def save_session(session_dir: Path, the_plan: Plan, request: Request) -> Path:
     return path
 
 
+def _stored_runtime(stored: dict[str, Any]) -> tuple[str, str]:
+    """(runtime, container) of a stored session; sessions from before containers were their own
+    axis said `docker` for Docker on this machine."""
+    runtime, container = stored.get("runtime") or "local", stored.get("container")
+    if runtime == "docker":
+        return "local", "docker"
+    if container is None:  # the Slurm runtime chose its platform from its options then
+        container = (stored.get("request", {}).get("runtime_options") or {}).get("container") or "auto"
+    return runtime, container
+
+
 def _conflicts(stored: dict[str, Any], request: Request) -> list[str]:
     """Flags given with --resume that would plan other cells than the session's."""
     asked = stored.get("request", {})
     found = []
-    for key in ("accelerator", "scale", "runtime"):
+    runtime, container = _stored_runtime(stored)
+    used = {"accelerator": stored.get("accelerator"), "scale": stored.get("scale"), "runtime": runtime,
+            "container": container}  # fmt: skip
+    for key, value in used.items():
         given = getattr(request, key)
-        if given != "auto" and given not in (stored.get(key), asked.get(key)):
-            found.append(f"--{key} {given} (the session used {stored.get(key)})")
+        if given != "auto" and given not in (value, asked.get(key)):
+            found.append(f"--{key} {given} (the session used {value})")
     if request.recipes and [_recipe_ref(n) for n in request.recipes] != asked.get("recipes"):
         found.append(
             f"recipes {' '.join(request.recipes)} (the session ran {' '.join(asked.get('recipes') or ['all'])})"
@@ -214,12 +261,12 @@ def _conflicts(stored: dict[str, Any], request: Request) -> list[str]:
     for key in ("devices", "nodes"):
         given = getattr(request, key)
         if given is not None and given != stored.get(key):
-            used = stored.get(key) or "each recipe's own"
-            found.append(f"--{key} {given} (the session used {used})")
+            used_value = stored.get(key) or "each recipe's own"
+            found.append(f"--{key} {given} (the session used {used_value})")
     return found
 
 
-def plan_request(request: Request) -> Plan:
+def plan_request(request: Request, fit_devices: bool = True) -> Plan:
     """The plan of what the user asked for, flags as given."""
     return plan(
         request.recipes,
@@ -229,6 +276,9 @@ def plan_request(request: Request) -> Plan:
         request.variants or None,
         request.devices,
         request.nodes,
+        request.container,
+        fit_devices,
+        request.data,
     )
 
 
@@ -248,14 +298,17 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
             f"leave out {'; '.join(conflicts)}"
         )
     asked = stored.get("request", {})
+    runtime, container = _stored_runtime(stored)
     the_plan = plan(
         asked.get("recipes") or [],
         stored["accelerator"],
         stored["scale"],
-        stored["runtime"],
+        runtime,
         asked.get("variants") or None,
         stored.get("devices"),
         stored.get("nodes"),
+        container,
+        data=asked.get("data") or {},
     )
     by_id = {c.cell_id: c for c in the_plan.cells}
     wanted = stored.get("cells") or []
@@ -274,11 +327,15 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
             )
     the_plan.messages[:] = list(dict.fromkeys(the_plan.messages))
     the_plan.cells = [by_id[c["cell_id"]] for c in wanted]
+    stored_options = {k: v for k, v in (asked.get("runtime_options") or {}).items() if k != "container"}
     effective = Request(
         **{
             **{k: v for k, v in asked.items() if k in Request.__dataclass_fields__},
+            "runtime": runtime,
+            "container": container,
             "timeout": request.timeout if request.timeout is not None else asked.get("timeout"),
-            "runtime_options": {**(asked.get("runtime_options") or {}), **request.runtime_options},
+            "runtime_options": {**stored_options, **request.runtime_options},
+            "settings": request.settings or asked.get("settings") or {},
         }
     )
     return the_plan, effective
@@ -291,6 +348,58 @@ def mark_resumed(session_dir: Path) -> None:
         rundirs.write_json_atomic(session_dir / collect.SESSION_FILE, stored)
 
 
+# ---------------------------------------------------------------------------------------------
+# The runtime and container platform of a plan, with their options
+
+
+def _option_owners() -> dict[str, str]:
+    """Every plug-in option name -> the plug-in that declares it (for one-line refusals)."""
+    owners: dict[str, str] = {}
+    for registry, kind in ((runtimes.REGISTRY, "runtime"), (containers.REGISTRY, "container platform")):
+        for name in registry.names():
+            try:
+                plugin = registry.load(name)
+            except ReprokitError:
+                continue
+            for item in dataclasses.fields(plugin.options_class):
+                owners.setdefault(item.name, f"the {name} {kind}")
+    return owners
+
+
+def build_runtime(the_plan: Plan, options: dict[str, Any] | None = None) -> Runtime:
+    """The plan's runtime with its container platform, each given the options it declares; an option
+    that neither declares is refused in one line that names whose it is."""
+    options = dict(options or {})
+    runtime_class = runtimes.REGISTRY.load(the_plan.runtime)
+    container_class = containers.REGISTRY.load(the_plan.container)
+    taken = {f.name for f in dataclasses.fields(runtime_class.options_class)}
+    taken |= {f.name for f in dataclasses.fields(container_class.options_class)}
+    stray = [key for key in options if key not in taken]
+    if stray:
+        owners = _option_owners()
+        what = "; ".join(
+            f"--{key.replace('_', '-')} is an option of {owners.get(key, 'no runtime or container platform')}"
+            for key in stray
+        )
+        inside = "" if the_plan.container == "none" else f" in {the_plan.container}"
+        raise ReprokitError(f"{what} (this session runs {the_plan.runtime}{inside})")
+
+    def made(cls: type) -> Any:
+        return cls.options_class(
+            **{
+                k: v
+                for k, v in options.items()
+                if k in {f.name for f in dataclasses.fields(cls.options_class)}
+            }
+        )
+
+    return runtime_class(made(runtime_class), container_class(made(container_class)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: the one supervision loop
+
+
 def _interrupt(signum: int, frame: object) -> None:
     # Once: a second SIGTERM (a batch system repeats it) must not cut short stopping the cell.
     for sig in TERMINATION_SIGNALS:
@@ -301,8 +410,8 @@ def _interrupt(signum: int, frame: object) -> None:
 @contextmanager
 def _terminate_like_ctrl_c() -> Iterator[None]:
     """SIGTERM and SIGHUP (a closed terminal, `kill`, a batch system's stop) stop a session the way
-    Ctrl-C does: the running cell's process group is stopped and recorded as interrupted. Python's
-    default would exit at once and leave the trainer running, orphaned, in its own session."""
+    Ctrl-C does: the running cell is stopped and recorded as interrupted. Python's default would
+    exit at once and leave the trainer running, orphaned, in its own session."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -312,6 +421,44 @@ def _terminate_like_ctrl_c() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def run_cell(
+    runtime: Runtime,
+    cell: Cell,
+    run_dir: Path,
+    profile: accelerators.Profile,
+    timeout: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Start one cell, follow it until it ends, a timeout stops it or Ctrl-C does, and settle its run
+    directory; returns its summary. A summary the trainer wrote with status ok is never replaced."""
+    try:
+        handle = runtime.start(cell, run_dir, profile)
+    except StartFailed as exc:
+        return rundirs.finish(run_dir, None, str(exc))
+    started = time.monotonic()
+    reason: str | None = None
+    try:
+        while (ended := handle.poll()) is None:
+            elapsed = time.monotonic() - started
+            if timeout is not None and elapsed > timeout:
+                ended, reason = handle.stop(), "timeout"
+                break
+            if progress is not None:
+                progress(rundirs.last_throughput(run_dir) or handle.describe(elapsed))
+            time.sleep(handle.poll_seconds)
+    except KeyboardInterrupt:
+        stopped = handle.stop()
+        handle.close()
+        rundirs.finish(run_dir, stopped.exit_code, "interrupted")
+        raise
+    handle.close()
+    return settle(run_dir, ended, reason)
+
+
+def settle(run_dir: Path, ended: Ended, reason: str | None = None) -> dict:
+    return rundirs.finish(run_dir, ended.exit_code, reason or ended.reason)
 
 
 def run_cells(
@@ -324,10 +471,12 @@ def run_cells(
 ) -> list[dict]:
     """Run every cell; returns their summaries. Failures are recorded, never raised; an interrupt
     (Ctrl-C, SIGTERM, SIGHUP) stops the running cell, records it as interrupted and propagates."""
-    runtime = runtimes.get(the_plan.runtime, **(runtime_options or {}))
+    runtime = build_runtime(the_plan, runtime_options)
     profile = accelerators.get(the_plan.accelerator)
-    runs = session_dir / "runs"
+    # Absolute: cells run in their own run directory, where a relative path would mean another place.
+    runs = session_dir.resolve() / "runs"
     outcomes: dict[str, dict] = {}
+    checked = False
     with _terminate_like_ctrl_c():
         for index, cell in enumerate(the_plan.cells, 1):
             run_dir = runs / cell.cell_id
@@ -345,8 +494,12 @@ def run_cells(
                 write_run_dir_inputs(cell, profile, run_dir)
                 outcome = rundirs.skip(run_dir, f"needs {', '.join(failed_needs)}, which did not complete")
             else:
+                if not checked:  # once, before the first cell: no engine, no cluster, no image
+                    runtime.check(profile)
+                    checked = True
                 with console.status(f"{label}: starting") as status:
-                    outcome = runtime.run(
+                    outcome = run_cell(
+                        runtime,
                         cell,
                         run_dir,
                         profile,

@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import accelerators, cells, images, recipes
+from reprokit import __version__, accelerators, cells, images, recipes, session
+from reprokit.containers import docker as docker_platform
 from reprokit.errors import ReprokitError
-from reprokit.runtimes import docker as docker_runtime
+from reprokit.gitinfo import kit_revision
+from reprokit.handles import NoOptions
+from reprokit.images.build import BUILD_DIR, WHEELHOUSE_PORT, serve_directory
+from reprokit.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, run_inv
 
 BASE_IMAGE = "reprokit/base:bookworm"
@@ -54,9 +58,9 @@ def test_build_dry_run_prints_the_docker_build_command_a_user_would_type(tmp_pat
     assert f"  --tag {tag} \\" in lines
     assert f"  --build-arg BASE_IMAGE={profile.base_image} \\" in lines
     assert any(line.startswith("  --label org.opencontainers.image.revision=") for line in lines)
-    assert lines[-1] == f"  {images.BUILD_DIR / 'cuda'}"
+    assert lines[-1] == f"  {(ROOT / BUILD_DIR / 'cuda').resolve()}"
     # The printed context is there to build from by hand, and holds what `inv build` sends.
-    assert (images.BUILD_DIR / "cuda" / "Dockerfile").read_text().startswith("# reprokit image for `cuda`")
+    assert (ROOT / BUILD_DIR / "cuda" / "Dockerfile").read_text().startswith("# reprokit image for `cuda`")
     # It is a shell command: bash parses it (echoing instead of building) into the same argv.
     echoed = subprocess.run(
         ["bash", "-c", "docker() { printf '%s\\n' \"$@\"; }\n" + "\n".join(lines[1:])],
@@ -79,7 +83,7 @@ def test_build_dry_run_with_a_wheelhouse_serves_it_on_localhost_and_uses_the_hos
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr
-    port = images.WHEELHOUSE_PORT
+    port = WHEELHOUSE_PORT
     assert f"python3 -m http.server --bind 127.0.0.1 --directory {tmp_path} {port} &" in result.stdout
     assert "  --network host \\" in result.stdout
     assert f"  --build-arg WHEELHOUSE_URL=http://127.0.0.1:{port}/ \\" in result.stdout
@@ -108,7 +112,7 @@ def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tm
     monkeypatch.setenv("HF_TOKEN", SECRET)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hub-cache"))
     cell = smoke_cell()
-    cuda = docker_runtime.container_spec(
+    cuda = docker_platform.container_spec(
         cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cuda"), "img"
     )
     kwargs = cuda.sdk_kwargs()
@@ -125,7 +129,7 @@ def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tm
     assert kwargs["volumes"] == {str((tmp_path / "runs").resolve()): {"bind": "/reprokit/runs", "mode": "rw"}}
     assert kwargs["command"] == ["bash", "/reprokit/runs/bridgetower--workers0/run.sh"]
 
-    gaudi = docker_runtime.container_spec(
+    gaudi = docker_platform.container_spec(
         cell, tmp_path / "runs" / cell.cell_id, accelerators.get("gaudi2"), "img"
     )
     kwargs = gaudi.sdk_kwargs()
@@ -139,22 +143,22 @@ def test_the_container_runs_as_the_host_user_unless_the_kit_runs_as_root(tmp_pat
     profile = accelerators.get("cpu")
     monkeypatch.setattr(os, "getuid", lambda: 1234)
     monkeypatch.setattr(os, "getgid", lambda: 99)
-    spec = docker_runtime.container_spec(cell, tmp_path / cell.cell_id, profile, "img")
+    spec = docker_platform.container_spec(cell, tmp_path / cell.cell_id, profile, "img")
     assert spec.user == "1234:99" and spec.environment["HOME"] == "/tmp"
     assert "  --user 1234:99 \\" in spec.command_line()
     monkeypatch.setattr(os, "getuid", lambda: 0)
-    assert docker_runtime.container_spec(cell, tmp_path / cell.cell_id, profile, "img").user is None
+    assert docker_platform.container_spec(cell, tmp_path / cell.cell_id, profile, "img").user is None
 
 
 def test_the_hub_cache_is_mounted_read_only_when_the_user_has_one(tmp_path, monkeypatch):
     cell = smoke_cell()
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    spec = docker_runtime.container_spec(
+    spec = docker_platform.container_spec(
         cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img"
     )
     assert str(tmp_path / "hf") not in spec.volumes and "HF_HUB_CACHE" not in spec.environment
     (tmp_path / "hf" / "hub").mkdir(parents=True)
-    spec = docker_runtime.container_spec(
+    spec = docker_platform.container_spec(
         cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img"
     )
     assert spec.volumes[str(tmp_path / "hf")] == {"bind": "/reprokit/hf-home", "mode": "ro"}
@@ -177,7 +181,7 @@ def test_a_served_wheelhouse_lists_its_wheels_on_localhost(tmp_path):
     import urllib.request
 
     (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(b"wheel")
-    with images.serve_directory(tmp_path, port=0) as url:
+    with serve_directory(tmp_path, port=0) as url:
         assert url.startswith("http://127.0.0.1:")
         listing = urllib.request.urlopen(url, timeout=5).read().decode()
     assert 'href="demo-1.0-py3-none-any.whl"' in listing
@@ -217,10 +221,10 @@ def test_the_auto_runtime_says_which_runtime_and_why_in_one_line():
 
 @pytest.fixture(scope="session")
 def engine():
-    reason = docker_runtime.engine_status()
+    reason = images.engine_status()
     if reason is not None:
         _unavailable(f"no Docker engine: {reason} (.ci/services/docker.sh starts one)")
-    client = docker_runtime.client(timeout=120)
+    client = images.client(timeout=120)
     try:
         client.images.get(BASE_IMAGE)
     except Exception:
@@ -261,10 +265,12 @@ def test_the_image_is_tagged_by_its_build_context_and_labelled_with_its_provenan
         # names the revision that built it.
         assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?", labels["org.opencontainers.image.revision"])
     else:
-        assert labels["org.opencontainers.image.revision"] == cells.kit_revision()
-    assert labels["org.opencontainers.image.version"] == images.__version__
+        assert labels["org.opencontainers.image.revision"] == kit_revision()
+    assert labels["org.opencontainers.image.version"] == __version__
     assert labels["io.reprokit.context-hash"] == cpu_image["tag"].rsplit("-", 1)[1]
-    assert json.loads(labels["io.reprokit.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
+    if "up to date" not in cpu_image["output"]:
+        # A cache hit keeps the labels of the build that made it (the recipes are not in the image).
+        assert json.loads(labels["io.reprokit.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
 
 
 @pytest.mark.docker
@@ -272,7 +278,7 @@ def test_the_packages_were_installed_from_the_wheelhouse_only(engine, cpu_image)
     """The pip layer's recorded command: the served wheelhouse, and no index (so no internet)."""
     history = engine.images.get(cpu_image["tag"]).history()
     (pip_layer,) = [h for h in history if "pip install" in h["CreatedBy"]]
-    assert f"WHEELHOUSE_URL=http://127.0.0.1:{images.WHEELHOUSE_PORT}/" in pip_layer["CreatedBy"]
+    assert f"WHEELHOUSE_URL=http://127.0.0.1:{WHEELHOUSE_PORT}/" in pip_layer["CreatedBy"]
     assert "--no-index" in pip_layer["CreatedBy"]
     torch_layers = [h for h in history if h["Size"] > 1_000_000_000]
     assert torch_layers == [pip_layer]  # the trainers' layer above it stays small
@@ -310,13 +316,23 @@ def leftover_containers(engine, run_dir: Path) -> list:
 
 
 def _probe_cell(run_dir: Path, body: str) -> cells.Cell:
-    """A cell whose trainer is a small script in its own run directory (reached through the mount)."""
+    """A cell whose trainer is a small module in its own run directory: the container runs in its
+    mounted run directory, where `python -m probe.run` finds it."""
     cell = smoke_cell()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "probe.py").write_text(body)
-    # run.sh runs "$SCRIPTS/<trainer>"; from /opt/reprokit/scripts this is the mounted run dir.
-    cell.trainer = f"../../../reprokit/runs/{run_dir.name}/probe.py"
+    (run_dir / "probe").mkdir(parents=True, exist_ok=True)
+    (run_dir / "probe" / "run.py").write_text(body)
+    cell.trainer = "probe.run"
     return cell
+
+
+def docker_runtime(image: str | None = None) -> LocalRuntime:
+    return LocalRuntime(NoOptions(), docker_platform.Docker(docker_platform.DockerOptions(image=image)))
+
+
+def run_in_docker(cell: cells.Cell, run_dir: Path, **kwargs) -> dict:
+    runtime = docker_runtime()
+    runtime.check(accelerators.get("cpu"))
+    return session.run_cell(runtime, cell, run_dir, accelerators.get("cpu"), **kwargs)
 
 
 PROBE = """\
@@ -337,7 +353,7 @@ def test_a_cell_runs_in_the_image_with_its_run_dir_mounted_and_the_image_recorde
     run_dir = tmp_path / "runs" / "probe-ok"
     tail = 'json.dump({"status": "ok", "samples_per_second": 1.0, "steps": 1}, open(run_dir + "/summary.json", "w"))'
     cell = _probe_cell(run_dir, PROBE.replace("{tail}", tail))
-    outcome = docker_runtime.DockerRuntime().run(cell, run_dir, accelerators.get("cpu"))
+    outcome = run_in_docker(cell, run_dir)
     assert outcome["status"] == "ok", outcome
     seen = json.loads((run_dir / "env.json").read_text())
     image = engine.images.get(cpu_image["tag"])
@@ -356,7 +372,7 @@ def test_a_failing_cell_keeps_its_exit_code_and_log_tail(engine, cpu_image, tmp_
     cell = _probe_cell(
         run_dir, PROBE.replace("{tail}", 'print("boom: the trainer gave up", flush=True); sys.exit(3)')
     )
-    outcome = docker_runtime.DockerRuntime().run(cell, run_dir, accelerators.get("cpu"))
+    outcome = run_in_docker(cell, run_dir)
     assert (outcome["status"], outcome["exit_code"]) == ("failed", 3)
     assert outcome["error"] == "boom: the trainer gave up"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
@@ -369,9 +385,7 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
     cell = _probe_cell(run_dir, PROBE.replace("{tail}", "time.sleep(600)"))
     seen: list[str] = []
     started = time.monotonic()
-    outcome = docker_runtime.DockerRuntime().run(
-        cell, run_dir, accelerators.get("cpu"), timeout=5, progress=seen.append
-    )
+    outcome = run_in_docker(cell, run_dir, timeout=5, progress=seen.append)
     assert time.monotonic() - started < 60
     assert outcome["status"] == "timeout" and outcome["error"] == "timeout"
     assert seen and seen[0].startswith("running ")
@@ -381,14 +395,17 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
 INTERRUPTED_RUN = """\
 import signal, sys
 from pathlib import Path
-from reprokit import accelerators, cells, recipes
-from reprokit.runtimes.docker import DockerRuntime
+from reprokit import accelerators, cells, recipes, session
+from reprokit.containers.docker import Docker, DockerOptions
+from reprokit.handles import NoOptions
+from reprokit.runtimes.local import LocalRuntime
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background process starts with it ignored
 cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"])[0]
 cell.trainer = sys.argv[2]
 try:
-    DockerRuntime().run(cell, Path(sys.argv[1]), accelerators.get("cpu"))
+    runtime = LocalRuntime(NoOptions(), Docker(DockerOptions()))
+    session.run_cell(runtime, cell, Path(sys.argv[1]), accelerators.get("cpu"))
 except KeyboardInterrupt:
     print("interrupted")
 """
@@ -421,12 +438,12 @@ def test_ctrl_c_stops_the_container_and_records_the_interruption(engine, cpu_ima
 
 @pytest.mark.docker
 def test_a_missing_image_says_which_build_makes_it(engine):
-    runtime = docker_runtime.DockerRuntime(image="reprokit/cpu:not-built")
+    runtime = docker_runtime(image="reprokit/cpu:not-built")
     with pytest.raises(
         ReprokitError,
         match=r"no image reprokit/cpu:not-built here; build it with `inv build --accelerator cpu`",
     ):
-        runtime.run(smoke_cell(), Path("/tmp/unused"), accelerators.get("cpu"))
+        runtime.check(accelerators.get("cpu"))
 
 
 @pytest.mark.docker
@@ -453,3 +470,32 @@ def test_the_bridgetower_smoke_cell_runs_in_the_cpu_image(engine, cpu_image, tmp
     assert sysinfo["versions"]["torch"].startswith("2.14.1")
     # Written by the container, owned by whoever ran the kit.
     assert run_dir.joinpath("summary.json").stat().st_uid == os.getuid()
+
+
+@pytest.mark.docker
+def test_real_data_is_mounted_read_only_at_its_own_path(engine, cpu_image, tmp_path):
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    run_dir = tmp_path / "runs" / "probe-data"
+    data = repr(str(root))
+    tail = "\n".join(
+        [
+            "import pathlib",
+            f"seen = sorted(str(p) for p in pathlib.Path({data}).rglob('*.JPEG'))",
+            "json.dump({'seen': seen}, open(run_dir + '/seen.json', 'w'))",
+            "try:",
+            f"    open({data} + '/written-by-the-run', 'w')",
+            "except OSError as e:",
+            "    print('read-only:', e.errno)",
+            "json.dump({'status': 'ok', 'samples_per_second': 1.0, 'steps': 1}, open(run_dir + '/summary.json', 'w'))",
+        ]
+    )
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", tail))
+    cell.data = {"imagenet": str(root)}
+    outcome = run_in_docker(cell, run_dir)
+    assert outcome["status"] == "ok", outcome
+    seen = json.loads((run_dir / "seen.json").read_text())["seen"]
+    assert str(root / "train" / "n01440764" / "n01440764_1.JPEG") in seen
+    assert "read-only: 30" in (run_dir / "stdout.log").read_text()  # EROFS
+    assert not (root / "written-by-the-run").exists()

@@ -44,6 +44,31 @@ def test_show_json_prints_the_published_hyperparameters_and_references(inv):
         assert all(r["devices"] == 8 for r in by_variant[variant]["references"])
     assert by_variant["fastddp-workers1-v1"]["args"]["distribution_strategy"] == "fast_ddp"
     assert all(c["devices"] == 8 for c in shown["cells"])
+    # Each figure with what it counts: GaudiTrainer's formula on Gaudi2.
+    assert {r["definition"] for c in shown["cells"] for r in c["references"]} == {"gaudi_trainer"}
+
+
+def test_the_first_version_of_the_post_is_compared_within_itself():
+    """The fast_ddp figures (Optimum Habana 1.6, batch 40) have their own baseline, 532.4 at workers 0."""
+    recipe = recipes.load("bridgetower")
+    v1 = {c.variant: c for c in cells.expand(recipe, "bridgetower", "gaudi2", "published") if c.group == "v1"}
+    assert set(v1) == {"workers0-v1", "workers1-v1", "fastddp-workers1-v1", "fastddp-workers1-mediapipe-v1"}
+    assert v1["workers0-v1"].baseline and all(c.args["per_device_train_batch_size"] == 40 for c in v1.values())
+    assert [r["value"] for r in v1["workers0-v1"].references] == [532.4]
+    assert [r["value"] for r in v1["workers1-v1"].references] == [639.7]
+    assert [r["ratio"] for r in v1["fastddp-workers1-mediapipe-v1"].references] == [1.51]
+
+
+def test_published_commands_are_verbatim_with_their_source_and_version():
+    recipe = recipes.load("bridgetower")
+    blog = recipe.published_command("workers0")
+    assert blog.source.startswith("Hugging Face blog") and "--per_device_train_batch_size=\"40\"" in blog.command
+    assert "--hub_model_id bridgetower\\\n" in blog.command  # the post's own typo, kept
+    v17 = recipe.published_command("fastddp-workers1-mediapipe-v1")
+    assert v17.version == "optimum-habana 1.7.0" and v17.command.endswith("--mediapipe_dataloader")
+    assert all(c.source and c.version for r in recipes.load_all() for c in r.published_commands)
+    d3 = recipes.load("volo").published_command("finetune-d3-448")
+    assert "--token-label-size 28" in d3.command
 
 
 def test_cuda_cells_carry_the_h100_and_a100_references_and_no_gaudi_only_variant():
@@ -83,8 +108,16 @@ def test_argv_renders_flags_like_the_published_command():
         ({"colour": "blue"}, "colour: unknown key"),
         ({"variants": [{"name": "Bad Name"}]}, "variants.0.name: String should match pattern"),
         (
-            {"variants": [{"name": "a", "references": [{"device": "h100", "value": 1}]}]},
+            {"variants": [{"name": "a", "references": [{"device": "h100", "value": 1, "definition": "whole_run"}]}]},
             "needs 'device' and 'devices'",
+        ),
+        (
+            {"variants": [{"name": "a", "references": [{"device": "h100", "devices": 8, "value": 1}]}]},
+            "references.0.definition: Field required",
+        ),
+        (
+            {"variants": [{"name": "a", "references": [{"ratio": 2, "definition": "per_hour"}]}]},
+            "definition: Input should be 'after_warmup', 'whole_run' or 'gaudi_trainer'",
         ),
         (
             {"variants": [{"name": "a", "needs": {"finetune": "nope"}}]},
@@ -203,6 +236,12 @@ def test_the_vit_ladder_stacks_each_optimization_on_the_previous_rung():
         diff = [k for k in switches if found[lower].args[k] != found[upper].args[k]]
         changed.append(diff)
     assert changed == [["amp"], ["optimizer_impl"], ["classifier"], ["layout"], ["sharding"]]
+    # The one rung that changes two switches says so, and the report states it as an assumption.
+    variants = {v.name: v for v in recipe.variants}
+    below = found["fsdp-b384-img256"].args
+    pure = found["pure-fp16"].args
+    assert [k for k in switches if below[k] != pure[k]] == variants["pure-fp16"].changes == ["amp", "optimizer_impl"]
+    assert any("two switches" in a for a in recipe.assumptions)
     assert found["baseline"].args["amp"] == "no" and found["baseline"].args["sharding"] == "ddp"
     # Batch 560 over one node of 8 GPUs at 224, as published; the published speedups as references.
     assert all(found[r].args["per_device_train_batch_size"] * found[r].devices == 560 for r in ladder)

@@ -1,21 +1,24 @@
-"""Rendering: Dockerfiles that pass hadolint, run scripts a user could run by hand."""
+"""Rendering: Dockerfiles that pass hadolint, and run directories a user can run by hand, laid out as
+a session lays them out."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from reprokit import accelerators, cells, recipes, render
+from reprokit import accelerators, cells, images, recipes
+from reprokit.runtimes.base import write_run_dir_inputs
 from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("accelerator", ["cpu", "cuda", "gaudi2"])
 def test_rendered_dockerfiles_pass_hadolint_without_errors(tmp_path, accelerator):
     hadolint = shutil.which("hadolint") or str(ROOT / ".venv" / "bin" / "hadolint")
-    context = render.write_build_context(accelerators.get(accelerator), tmp_path / accelerator)
+    context = images.write_context(accelerators.get(accelerator), tmp_path / accelerator)
     result = subprocess.run(
         [hadolint, "--failure-threshold", "error", "--no-color", str(context / "Dockerfile")],
         capture_output=True,
@@ -24,26 +27,30 @@ def test_rendered_dockerfiles_pass_hadolint_without_errors(tmp_path, accelerator
     assert result.returncode == 0, result.stdout + result.stderr
     text = (context / "Dockerfile").read_text()
     assert f"ARG BASE_IMAGE={accelerators.get(accelerator).base_image}" in text
-    assert (context / "scripts" / "rundir.py").exists()
+    assert (context / "reprokit_trainers" / "__init__.py").exists()
+    assert not list(context.rglob("__pycache__"))
     pins = (context / "requirements.txt").read_text()
     assert "transformers==4.49.0" in pins and "datasets==3.6.0" in pins
 
 
-def test_requirements_everywhere_match_the_trainer_pins_of_pyproject():
-    import tomllib
-
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
-    for profile in accelerators.profiles().values():
-        for pin in profile.requirements:
-            name = pin.split("==")[0]
-            same = [p for p in extras if p.split("==")[0] == name]
-            assert not same or same[0] == pin, f"{profile.name}: {pin} differs from pyproject's {same[0]}"
+def test_the_image_tag_is_a_hash_of_the_context_computed_without_writing_it(tmp_path):
+    profile = accelerators.get("cpu")
+    files = images.context_files(profile)
+    tag = images.image_tag(profile)
+    assert tag == f"reprokit/cpu:0.1.0-{images.context_hash(files)}"
+    # What is written is what was hashed.
+    written = images.write_context(profile, tmp_path / "context")
+    on_disk = {p.relative_to(written).as_posix(): p.read_bytes() for p in written.rglob("*") if p.is_file()}
+    assert images.context_hash(on_disk) == images.context_hash(files)
+    changed = {**files, "Dockerfile": files["Dockerfile"] + b"# edited\n"}
+    assert images.context_hash(changed) != images.context_hash(files)
 
 
 def test_gaudi2_run_script_launches_like_gaudi_spawn_with_mpi(inv, tmp_path):
     result = inv("render", "bridgetower", "--accelerator", "gaudi2", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    script = (tmp_path / "bridgetower" / "gaudi2-published" / "workers1" / "run.sh").read_text()
+    runs = tmp_path / "gaudi2-published" / "runs"
+    script = (runs / "bridgetower--workers1" / "run.sh").read_text()
     assert "mpirun -n 8 --bind-to core --map-by" in script
     for flag in (
         "--use_habana",
@@ -53,41 +60,51 @@ def test_gaudi2_run_script_launches_like_gaudi_spawn_with_mpi(inv, tmp_path):
     ):
         assert flag in script
     assert "--dataloader_num_workers 1" in script and "--per_device_train_batch_size 48" in script
-    assert (tmp_path / "bridgetower" / "gaudi2-published" / "workers2-mediapipe" / "run.sh").exists()
+    assert (runs / "bridgetower--workers2-mediapipe" / "run.sh").exists()
     assert (tmp_path / "docker" / "gaudi2" / "Dockerfile").exists()
-    syntax = subprocess.run(
-        ["bash", "-n", str(tmp_path / "bridgetower" / "gaudi2-published" / "workers1" / "run.sh")]
-    )
-    assert syntax.returncode == 0
+    assert subprocess.run(["bash", "-n", str(runs / "bridgetower--workers1" / "run.sh")]).returncode == 0
 
 
 def test_cuda_run_script_uses_torchrun_on_all_devices(inv, tmp_path):
     result = inv("render", "bridgetower", "--accelerator", "cuda", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    script = (tmp_path / "bridgetower" / "cuda-published" / "workers2" / "run.sh").read_text()
+    runs = tmp_path / "cuda-published" / "runs"
+    script = (runs / "bridgetower--workers2" / "run.sh").read_text()
     assert "torch.distributed.run --standalone --nproc_per_node 8" in script
+    assert "-m reprokit_trainers.bridgetower" in script
     assert "--use_habana" not in script and "mpirun" not in script
-    assert not (tmp_path / "bridgetower" / "cuda-published" / "workers2-mediapipe").exists()
+    assert not (runs / "bridgetower--workers2-mediapipe").exists()
+
+
+def test_a_rendered_dependent_cell_finds_its_producer_beside_it(inv, tmp_path):
+    """The finetuning cell reads the pretraining cell's checkpoint through ../<producer>: rendered, as in
+    a session, the producer's run directory is that sibling."""
+    result = inv("render", "volo", "--accelerator", "cuda", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    runs = tmp_path / "cuda-published" / "runs"
+    script = (runs / "volo--finetune-d1-384" / "run.sh").read_text()
+    assert '--finetune "$RUN_DIR/../volo--pretrain-d1/checkpoint"' in script
+    assert (runs / "volo--pretrain-d1" / "run.sh").exists()
+    listed = [line for line in result.stdout.splitlines() if line.endswith("run.sh")]
+    assert str(runs / "volo--finetune-d1-384" / "run.sh") in listed
 
 
 def test_a_rendered_run_script_runs_by_hand(tmp_path):
-    """run.sh is what the kit runs: a user can run it by hand with RUN_DIR set (here with a fake trainer)."""
+    """run.sh is what the kit runs: a user can run it by hand with RUN_DIR set (here a stand-in trainer)."""
     recipe = recipes.load("bridgetower")
     cell = cells.expand(recipe, "bridgetower", "cpu", "smoke")[0]
-    cell.trainer = "echo_args.py"
-    scripts = tmp_path / "scripts"
-    scripts.mkdir()
-    (scripts / "echo_args.py").write_text("import sys, json; print(json.dumps(sys.argv[1:]))\n")
-    script = render.write_run_dir_inputs(cell, accelerators.get("cpu"), tmp_path / "run")
+    cell.trainer = "probe.echo_args"
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "__init__.py").write_text("")
+    (tmp_path / "probe" / "echo_args.py").write_text("import sys, json; print(json.dumps(sys.argv[1:]))\n")
+    script = write_run_dir_inputs(cell, accelerators.get("cpu"), tmp_path / "run")
     out = subprocess.run(
         ["bash", str(script)],
         capture_output=True,
         text=True,
-        env={"REPROKIT_SCRIPTS": str(scripts), "PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        env={"REPROKIT_TRAINERS_PATH": str(tmp_path), "PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
-    import json
-
     argv = json.loads(out.stdout)
     assert argv[:2] == ["--output_dir", str(tmp_path / "run")]
     assert argv[2:] == cell.argv()

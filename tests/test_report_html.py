@@ -17,17 +17,19 @@ from tests.fakes import FAKES, fake_recipe
 
 VARIANTS = [
     {"name": "base", "baseline": True, "args": {"fake_rate": 100, "fake_tensorboard": True},
-     "references": [{"device": "cpu", "devices": 8, "value": 800}, {"device": "gaudi2", "devices": 8, "value": 1200}]},
+     "references": [{"device": "cpu", "devices": 8, "value": 800, "definition": "after_warmup"},
+                    {"device": "gaudi2", "devices": 8, "value": 1200, "definition": "gaudi_trainer"}]},
     {"name": "faster", "args": {"fake_rate": 160},
-     "references": [{"device": "cpu", "devices": 8, "value": 1600}, {"device": "gaudi2", "devices": 8, "value": 2000}]},
-    {"name": "rung", "args": {"fake_rate": 250}, "references": [{"ratio": 2.4}]},
+     "references": [{"device": "cpu", "devices": 8, "value": 1600, "definition": "after_warmup"},
+                    {"device": "gaudi2", "devices": 8, "value": 2000, "definition": "gaudi_trainer"}]},
+    {"name": "rung", "args": {"fake_rate": 250}, "references": [{"ratio": 2.4, "definition": "after_warmup"}]},
     {"name": "broken", "args": {"fake_crash": "CUDA out of memory (fake)"}},
 ]  # fmt: skip
 
 
 @pytest.fixture
 def session_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("REPROKIT_SCRIPTS", str(FAKES))
+    monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
     recipe = str(fake_recipe(tmp_path / "fake.yaml", VARIANTS))
     the_plan = session.plan([recipe], "cpu", "published", "local")
     folder = session.new_session_dir(str(tmp_path / "results"), None)

@@ -57,7 +57,7 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     out = tmp_path / "results"
     # Its own process group, signalled as a whole, like Ctrl-C in a terminal or `kill -- -PGID`.
     proc = subprocess.Popen(
-        [*INV, "reproduce", "--recipe", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
+        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
         cwd=ROOT,
         env={**os.environ, **fake_env()},
         stdout=subprocess.PIPE,
@@ -107,11 +107,41 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     assert float(rows["fake--third"]["measured_speedup"]) == pytest.approx(3.0)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path, sig):
+    """The moment between a trainer's last write (summary.json, ok) and its exit: stopping the kit
+    then must not turn a complete measurement into an interrupted one, nor make a resume rerun it."""
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml",
+        [{"name": "done", "baseline": True, "args": {"fake_rate": 123, "fake_linger": 30}}, {"name": "next"}],
+    )
+    out = tmp_path / "results"
+    proc = subprocess.Popen(
+        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
+        cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: any(out.glob("*/runs/fake--done/summary.json")), what="the trainer's summary")
+        os.killpg(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    (session_dir,) = out.iterdir()
+    summary = json.loads((session_dir / "runs" / "fake--done" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["samples_per_second"] == 123
+    resumed = run_inv("reproduce", "--resume", str(session_dir), env=fake_env())
+    assert resumed.returncode == 0, resumed.stderr
+    assert "fake--done: complete, not rerun" in resumed.stderr
+
+
 def test_resume_refuses_flags_that_would_plan_other_cells(tmp_path):
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "only", "args": {"fake_rate": 10}}])
     out = tmp_path / "results"
     first = run_inv(
-        "reproduce", "--recipe", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env()
+        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env()
     )
     assert first.returncode == 0, first.stderr
     (session_dir,) = out.iterdir()
@@ -135,7 +165,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     out = tmp_path / "results"
     started = time.monotonic()
     result = run_inv(
-        "reproduce", "--recipe", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), "--timeout", "2",
+        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), "--timeout", "2",
         env=fake_env(),
     )  # fmt: skip
     assert time.monotonic() - started < 30
@@ -175,7 +205,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
 
 
 def _run_session(tmp_path: Path, monkeypatch, variants: list[dict], scale: str = "published") -> Path:
-    monkeypatch.setenv("REPROKIT_SCRIPTS", str(FAKES))
+    monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
     recipe = str(fake_recipe(tmp_path / "fake.yaml", variants))
     the_plan = session.plan([recipe], "cpu", scale, "local")
     session_dir = session.new_session_dir(str(tmp_path / "results"), None)
@@ -185,15 +215,19 @@ def _run_session(tmp_path: Path, monkeypatch, variants: list[dict], scale: str =
     return session_dir
 
 
+AW = "after_warmup"
 VERDICT_VARIANTS = [
     # Published on 8 devices, run on 1: compared per device (800 / 8 = 100 per device).
     {"name": "base", "baseline": True, "args": {"fake_rate": 95}, "references": [
-        {"device": "cpu", "devices": 8, "value": 800}, {"device": "gaudi2", "devices": 8, "value": 600}]},
+        {"device": "cpu", "devices": 8, "value": 800, "definition": AW},
+        {"device": "gaudi2", "devices": 8, "value": 600, "definition": AW}]},
     {"name": "fast", "args": {"fake_rate": 150}, "references": [
-        {"device": "cpu", "devices": 8, "value": 960}, {"device": "gaudi2", "devices": 8, "value": 900}]},
-    {"name": "slow", "args": {"fake_rate": 50}, "references": [{"device": "cpu", "devices": 1, "value": 100}]},
-    {"name": "rung", "args": {"fake_rate": 190}, "references": [{"ratio": 2.0}]},
-    {"name": "gaudi-only", "args": {"fake_rate": 120}, "references": [{"device": "gaudi2", "devices": 8, "value": 960}]},
+        {"device": "cpu", "devices": 8, "value": 960, "definition": AW},
+        {"device": "gaudi2", "devices": 8, "value": 900, "definition": AW}]},
+    {"name": "slow", "args": {"fake_rate": 50}, "references": [{"device": "cpu", "devices": 1, "value": 100, "definition": AW}]},
+    {"name": "rung", "args": {"fake_rate": 190}, "references": [{"ratio": 2.0, "definition": AW}]},
+    {"name": "gaudi-only", "args": {"fake_rate": 120}, "references": [
+        {"device": "gaudi2", "devices": 8, "value": 960, "definition": AW}]},
 ]  # fmt: skip
 
 
@@ -229,9 +263,9 @@ def test_each_number_is_judged_per_device_against_its_reference_with_the_toleran
 def test_smoke_scale_numbers_get_no_verdict(tmp_path, monkeypatch):
     session_dir = _run_session(tmp_path, monkeypatch, VERDICT_VARIANTS[:2], scale="smoke")
     rows = collect.rows(session_dir)
-    assert [r["verdict"] for r in rows] == ["not comparable (smoke scale)"] * 2
+    assert [(r["verdict"], r["verdict_reasons"]) for r in rows] == [("not comparable", "smoke scale")] * 2
     assert all(r["ratio_per_device"] is None and r["reference_per_device"] == 100.0 for r in rows[:1])
-    assert rows[1]["speedup_verdict"] == "not comparable (smoke scale)"
+    assert (rows[1]["speedup_verdict"], rows[1]["speedup_verdict_reasons"]) == ("not comparable", "smoke scale")
 
 
 def test_rows_come_from_run_directories_and_planned_cells_that_never_ran_are_listed(tmp_path, monkeypatch):

@@ -18,9 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprokit import accelerators, cells, collect, recipes
+from reprokit import accelerators, cells, collect, comparison, images, recipes, trainers
+from reprokit.containers.apptainer import Apptainer
+from reprokit.containers.images_on_nodes import NodeImageOptions
+from reprokit.containers.none import NoContainer
+from reprokit.containers.pyxis import Pyxis
+from reprokit.errors import ReprokitError
+from reprokit.handles import NoOptions
+from reprokit.images.export import export_command
 from reprokit.runtimes import slurm
 from tests.conftest import ROOT, run_inv
+from tests.fakes import fake_env
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 FAKES = ROOT / "tests" / "fakes"
@@ -61,6 +69,10 @@ def render_slurm(tmp_path: Path, *args: str) -> Path:
     return scripts[0]
 
 
+def slurm_runtime(container=None, **options) -> slurm.SlurmRuntime:
+    return slurm.SlurmRuntime(slurm.SlurmOptions(**options), container or NoContainer(NoOptions()))
+
+
 def directives(script: Path) -> list[str]:
     return [line.split(None, 1)[1] for line in script.read_text().splitlines() if line.startswith("#SBATCH ")]
 
@@ -99,13 +111,11 @@ def test_no_exclusive_and_gpu_types_change_the_directives(tmp_path):
     cell = cells.expand(
         recipes.load("bridgetower"), "bridgetower", "cuda", "published", ["workers1"], None, 3
     )[0]
-    text = slurm.job_script(
-        cell, accelerators.get("cuda"), tmp_path / "runs" / cell.cell_id,
-        slurm.SlurmOptions(exclusive=False, container="apptainer", image="/shared/img.sif"),
-    )  # fmt: skip
+    runtime = slurm_runtime(Apptainer(NodeImageOptions(image="/shared/img.sif")), exclusive=False)
+    text = runtime.job_script(cell, accelerators.get("cuda"), tmp_path / "runs" / cell.cell_id)
     assert "#SBATCH --exclusive" not in text and "#SBATCH --mem=0" not in text
     assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --nodes=3" in text
-    assert f"apptainer exec --nv --bind {tmp_path}:{tmp_path} /shared/img.sif \\" in text
+    assert f"  apptainer exec --nv --bind {tmp_path}:{tmp_path} /shared/img.sif bash \"$RUN_DIR/run.sh\"" in text
     typed = accelerators.get("cuda").model_copy(
         update={"slurm": accelerators.Slurm(gres="gpu:a100", distributed_backend="nccl")}
     )
@@ -114,7 +124,7 @@ def test_no_exclusive_and_gpu_types_change_the_directives(tmp_path):
 
 
 def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command(tmp_path):
-    has_volo = (ROOT / "recipes" / "volo.yaml").exists()
+    has_volo = (ROOT / "reprokit" / "recipes" / "volo.yaml").exists()
     recipe, variant = ("volo", "pretrain-d5") if has_volo else ("bridgetower", "workers0")
     script = render_slurm(tmp_path, recipe, "--accelerator", "cuda", "--nodes", "5", "--variant", variant)
     text = script.read_text()
@@ -122,8 +132,8 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
     profile = accelerators.get("cuda")
     assert "--nodes=5" in directives(script) and "--gpus-per-node=8" in directives(script)
     # pyxis: the exported squashfs, the session folder mounted at the same path on every node.
-    squashfs = slurm.export_path(profile, "enroot")
-    mount = run_dir.parent
+    squashfs = images.export_path(profile, "enroot")
+    mount = run_dir.parent.parent  # the session-like folder that holds runs/
     assert f"  --container-image={squashfs} \\" in text
     assert f"  --container-mounts={mount}:{mount} \\" in text
     assert "srun --ntasks-per-node=1" in text and text.rstrip().endswith('bash "$RUN_DIR/run.sh"')
@@ -136,8 +146,7 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
     assert 'LAUNCH+=(--no-python "$REPROKIT_RANK_WRAPPER" "$PYTHON")' in run_sh
     bind = (run_dir / "bind-rank.sh").read_text()
     assert "numactl --cpunodebind=" in bind and "--membind=" in bind and "NCCL_IB_HCA" in bind
-    published = recipes.load(recipe).published_commands
-    command = published.get(variant) or published.get("gaudi2")
+    command = recipes.load(recipe).published_command(variant).command
     comment = " ".join(
         line.lstrip("# ").strip()
         for line in text.splitlines()
@@ -168,7 +177,7 @@ esac
         "SLURM_JOB_NODELIST": "gpu-a[01-02]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_CPUS_ON_NODE": "64",
-        "REPROKIT_SCRIPTS": "",
+        "REPROKIT_TRAINERS_PATH": "",
     }
     env.pop("MASTER_PORT", None)
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
@@ -188,7 +197,7 @@ esac
     assert f"MASTER_PORT={20000 + 4242 % 20000}" in lines
     assert "REPROKIT_NUM_NODES=2" in lines and f"RUN_DIR={run_dir}" in lines
     assert f"REPROKIT_RANK_WRAPPER={run_dir}/bind-rank.sh" in lines
-    assert f"REPROKIT_SCRIPTS={ROOT / 'scripts'}" in lines
+    assert f"REPROKIT_TRAINERS_PATH={trainers.search_path()}" in lines and f"PYTHON={sys.executable}" in lines
 
 
 def test_run_sh_hands_each_rank_to_the_wrapper_through_torchrun(tmp_path):
@@ -199,7 +208,7 @@ def test_run_sh_hands_each_rank_to_the_wrapper_through_torchrun(tmp_path):
     env = {
         **os.environ,
         "PYTHON": str(bin_dir / "python"),
-        "REPROKIT_SCRIPTS": "/scripts",
+        "REPROKIT_TRAINERS_PATH": "/trainers",
         "RUN_DIR": str(run_dir),
         "MASTER_ADDR": "10.0.0.11",
         "MASTER_PORT": "24242",
@@ -214,10 +223,11 @@ def test_run_sh_hands_each_rank_to_the_wrapper_through_torchrun(tmp_path):
     assert argv[argv.index("--rdzv_endpoint") + 1] == "10.0.0.11:24242"
     assert argv[argv.index("--rdzv_id") + 1] == "4242"
     # torchrun's entrypoint is the wrapper; the wrapper's arguments are the interpreter and the trainer.
-    assert argv[wrapper + 1 : wrapper + 4] == [
+    assert argv[wrapper + 1 : wrapper + 5] == [
         str(run_dir / "bind-rank.sh"),
         str(bin_dir / "python"),
-        "/scripts/run_bridgetower.py",
+        "-m",
+        "reprokit_trainers.bridgetower",
     ]
 
 
@@ -244,7 +254,7 @@ def _bind(tmp_path: Path, accelerator: str, rank: int, **env: str) -> tuple[list
     )[0]
     profile = accelerators.get(accelerator)
     run_dir = tmp_path / "runs" / cell.cell_id
-    slurm.write_job_inputs(cell, profile, run_dir, slurm.SlurmOptions(container="none"))
+    slurm_runtime().prepare(cell, run_dir, profile)
     bin_dir = tmp_path / "bin"
     shim(
         bin_dir,
@@ -309,9 +319,11 @@ def test_rendering_for_slurm_imports_no_torch():
     code = (
         "import sys; sys.path.insert(0, '.');"
         "from reprokit.runtimes import slurm; from reprokit import accelerators, cells, recipes;"
+        "from reprokit.containers.pyxis import Pyxis; from reprokit.containers.images_on_nodes import NodeImageOptions;"
         "from pathlib import Path;"
         "c = cells.expand(recipes.load('bridgetower'), 'bridgetower', 'cuda', 'published', ['workers0'], None, 2)[0];"
-        "slurm.job_script(c, accelerators.get('cuda'), Path('/tmp/r/runs/x'), slurm.SlurmOptions());"
+        "r = slurm.SlurmRuntime(slurm.SlurmOptions(), Pyxis(NodeImageOptions()));"
+        "r.job_script(c, accelerators.get('cuda'), Path('/tmp/r/runs/x'));"
         "bad = [m for m in ('torch', 'transformers', 'timm') if m in sys.modules]; assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -328,7 +340,7 @@ def test_slurm_flags_without_the_slurm_runtime_are_refused(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "reprokit: --partition: Slurm options, for --runtime slurm (this session runs local)"
+        "reprokit: --partition is an option of the slurm runtime (this session runs local)"
     )
 
 
@@ -368,16 +380,16 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(tmp_path):
 
 def test_export_builds_the_enroot_or_apptainer_command_and_needs_the_tool(tmp_path):
     profile = accelerators.get("cpu")
-    tag = slurm.image_tag(profile)
+    tag = images.image_tag(profile)
     dest = tmp_path / "x.sqsh"
-    assert slurm.export_command(tag, "enroot", dest) == [
+    assert export_command(tag, "enroot", dest) == [
         "enroot",
         "import",
         "--output",
         str(dest),
         f"dockerd://{tag}",
     ]
-    assert slurm.export_command(tag, "apptainer", tmp_path / "x.sif") == [
+    assert export_command(tag, "apptainer", tmp_path / "x.sif") == [
         "apptainer", "build", str(tmp_path / "x.sif"), f"docker-daemon://{tag}",
     ]  # fmt: skip
     result = run_inv("export", "--accelerator", "cpu", "--format", "enroot", "--dry-run")
@@ -386,10 +398,10 @@ def test_export_builds_the_enroot_or_apptainer_command_and_needs_the_tool(tmp_pa
         "enroot",
         "import",
         "--output",
-        str(slurm.export_path(profile, "enroot")),
+        str(images.export_path(profile, "enroot")),
         f"dockerd://{tag}",
     ]
-    assert slurm.export_path(profile, "enroot").name == tag.replace("/", "+").replace(":", "+") + ".sqsh"
+    assert images.export_path(profile, "enroot").name == tag.replace("/", "+").replace(":", "+") + ".sqsh"
     bare = {"PATH": str(tmp_path)}  # no enroot, no apptainer
     result = run_inv(
         "export", "--accelerator", "cpu", "--format", "apptainer", "--dest", str(tmp_path / "x.sif"), env=bare
@@ -405,9 +417,10 @@ def test_export_builds_the_enroot_or_apptainer_command_and_needs_the_tool(tmp_pa
 def test_a_missing_squashfs_is_named_with_the_command_that_makes_it(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm, "cluster_status", lambda: None)
     cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cuda", "smoke", ["workers0"])[0]
-    runtime = slurm.SlurmRuntime(container="pyxis", image=str(tmp_path / "missing.sqsh"))
-    with pytest.raises(slurm.ReprokitError, match="inv export --accelerator cuda --format enroot"):
-        runtime.run(cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cuda"))
+    runtime = slurm_runtime(Pyxis(NodeImageOptions(image=str(tmp_path / "missing.sqsh"))))
+    with pytest.raises(ReprokitError, match="inv export --accelerator cuda --format enroot"):
+        runtime.check(accelerators.get("cuda"))
+    assert cell.accelerator == "cuda"
 
 
 def test_the_first_exception_of_any_rank_is_the_root_cause(tmp_path):
@@ -445,7 +458,7 @@ def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_
     # The VOLO post: 500 img/s on one DGX A100 (8 GPUs), 2100 on five (40 GPUs).
     one, five, other = row(1, 500 / 8), row(5, 2100 / 40), row(2, 50.0, variant="pretrain-d1")
     table = [one, five, other]
-    collect.scaling_efficiency(table)
+    comparison.scaling_efficiency(table)
     assert five["scaling_efficiency"] == pytest.approx(0.84)
     assert one["scaling_efficiency"] is None and other["scaling_efficiency"] is None
     assert "scaling_efficiency" in collect.COLUMNS
@@ -455,8 +468,8 @@ def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_
 
 
 def fake_recipe(tmp_path: Path, **variant_args) -> Path:
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
-    data.update(name="slurmfake", trainer="fake_trainer.py")
+    data = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+    data.update(name="slurmfake", trainer="fakes.fake_trainer", published_commands=[])
     data["variants"] = [{"name": "v", "baseline": True, "args": {"fake_tensorboard": True, **variant_args}}]
     path = tmp_path / "slurmfake.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -483,7 +496,7 @@ def job(run_dir: Path) -> dict:
 @pytest.mark.slurm
 def test_a_two_node_job_runs_one_task_per_node_and_settles_its_run_directory(tmp_path, cluster):
     result, run_dir, _ = run_on_cluster(
-        tmp_path, str(fake_recipe(tmp_path)), env={"REPROKIT_SCRIPTS": str(FAKES)}
+        tmp_path, str(fake_recipe(tmp_path)), env=fake_env()
     )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -499,7 +512,7 @@ def test_a_two_node_job_runs_one_task_per_node_and_settles_its_run_directory(tmp
 @pytest.mark.slurm
 def test_a_rank_that_crashes_fails_the_job_with_its_own_error(tmp_path, cluster):
     recipe = fake_recipe(tmp_path, fake_crash="diverged at step 3")
-    result, run_dir, _ = run_on_cluster(tmp_path, str(recipe), env={"REPROKIT_SCRIPTS": str(FAKES)})
+    result, run_dir, _ = run_on_cluster(tmp_path, str(recipe), env=fake_env())
     assert result.returncode == 1, result.stdout + result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["exit_code"] not in (0, None)
@@ -511,7 +524,7 @@ def test_a_rank_that_crashes_fails_the_job_with_its_own_error(tmp_path, cluster)
 def test_a_job_past_the_kits_timeout_is_cancelled_and_recorded(tmp_path, cluster):
     recipe = fake_recipe(tmp_path, fake_hang=True)
     result, run_dir, took = run_on_cluster(
-        tmp_path, str(recipe), "--timeout", "10", env={"REPROKIT_SCRIPTS": str(FAKES)}
+        tmp_path, str(recipe), "--timeout", "10", env=fake_env()
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "timeout"
@@ -524,8 +537,6 @@ def test_a_job_past_the_kits_timeout_is_cancelled_and_recorded(tmp_path, cluster
 
 @pytest.mark.slurm
 def test_bridgetower_trains_data_parallel_across_two_nodes_with_its_scaling_efficiency(tmp_path, cluster):
-    if not (ROOT / "scripts" / "run_bridgetower.py").exists():
-        _unavailable("scripts/run_bridgetower.py is not there yet")
     result, run_dir, took = run_on_cluster(
         tmp_path, "bridgetower", "--variant", "workers0", timeout=900, nodes="1,2"
     )
@@ -557,3 +568,20 @@ def test_bridgetower_trains_data_parallel_across_two_nodes_with_its_scaling_effi
         f"BridgeTower smoke on 1 and 2 nodes ({took:.0f}s): {one['measured_per_device']:.2f} and "
         f"{two['measured_per_device']:.2f} samples/s per device, scaling efficiency {two['scaling_efficiency']:.2f}"
     )
+
+
+@pytest.mark.slurm
+def test_data_reaches_the_trainer_in_a_slurm_job(tmp_path, cluster):
+    from tests.fakes import IMAGENET_KEY, tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    recipe = fake_recipe(tmp_path)
+    data = yaml.safe_load(recipe.read_text())
+    data["dataset"]["data"] = IMAGENET_KEY
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, run_dir, _ = run_on_cluster(
+        tmp_path, str(recipe), "--data", f"imagenet={root}", env=fake_env(), nodes="1"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = json.loads((run_dir / "seen_data.json").read_text())
+    assert seen["data_dir"] == str(root) and "train/n01440764/n01440764_1.JPEG" in seen["files"]

@@ -11,21 +11,40 @@ FAKES = Path(__file__).resolve().parent
 ROOT = FAKES.parent.parent
 
 
-def fake_recipe(path: Path, variants: list[dict[str, Any]], tolerance: float = 0.10) -> Path:
+IMAGENET_KEY = {"imagenet": {"arg": "data_dir", "layout": "imagenet", "help": "an ImageNet-layout folder"}}
+
+
+def fake_recipe(
+    path: Path, variants: list[dict[str, Any]], tolerance: float = 0.10, data_keys: dict | None = None
+) -> Path:
     """The BridgeTower recipe with the fake trainer and the given variants (its hyperparameters are
     passed to the fake trainer, which ignores them, so the command lines stay realistic)."""
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+    if data_keys:
+        data["dataset"]["data"] = data_keys
     data.update(
         name="fake",
         title="A fake recipe for the kit's tests",
-        trainer="fake_trainer.py",
+        trainer="fakes.fake_trainer",
         tolerance=tolerance,
         variants=variants,
+        # The published commands name the real recipe's variants.
+        published_commands=[],
     )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
+def tiny_imagenet(root: Path) -> Path:
+    """ImageNet's layout: two classes of one small JPEG each."""
+    from PIL import Image
+
+    for name in ("n01440764", "n01443537"):
+        (root / "train" / name).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 30), (200, 120, 40)).save(root / "train" / name / f"{name}_1.JPEG")
+    return root
+
+
 def fake_env() -> dict[str, str]:
-    """Environment that points the local runtime at the fake trainers."""
-    return {"REPROKIT_SCRIPTS": str(FAKES)}
+    """Environment that puts the fake trainers (the `fakes` package) where the local runtime looks."""
+    return {"REPROKIT_TRAINERS_PATH": str(FAKES.parent)}

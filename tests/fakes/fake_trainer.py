@@ -53,12 +53,19 @@ def main() -> int:
     parser.add_argument("--fake_hang", action="store_true", help="hang until stopped")
     parser.add_argument("--fake_hang_once", default=None, help="hang unless this marker file exists; make it")
     parser.add_argument("--fake_tensorboard", action="store_true")
+    parser.add_argument(
+        "--fake_linger", type=float, default=0.0, help="stay alive this long after writing summary.json"
+    )
+    parser.add_argument("--data_dir", default=None, help="real data: what the trainer finds there is recorded")
     args, _ = parser.parse_known_args()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tensorboard").mkdir(exist_ok=True)
     (out / "fake.pid").write_text(str(os.getpid()))
     print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
+    if args.data_dir:
+        found = sorted(str(p.relative_to(args.data_dir)) for p in Path(args.data_dir).rglob("*") if p.is_file())
+        write_json_atomic(out / "seen_data.json", {"data_dir": args.data_dir, "files": found})
     write_json_atomic(
         out / "sysinfo.json",
         {
@@ -123,6 +130,8 @@ def main() -> int:
             "finished_at": time.strftime(TIME_FORMAT),
         },
     )
+    # A real trainer still tears down (process groups, loader workers) after its last write.
+    time.sleep(args.fake_linger)
     return 0
 
 

@@ -3,23 +3,34 @@
 A recipe pins what the publication depends on (model and dataset revisions, hyperparameters as
 published, reference numbers) and what is needed to run it offline (the architecture, the data's
 shapes). Every error names the file, the key path and what was expected, on one line.
+
+The kit's own recipes ship in this package, beside this file; a user's recipe folders (`--recipes
+DIR`, or the `recipes` setting) are searched after them, and any recipe file can be given by path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ReprokitError
+from ..errors import ReprokitError
+from ..throughput import Definition
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES_DIR = Path(str(files(__name__)))
 SCALES = ("published", "smoke")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+# A kit trainer by name (reprokit_trainers.<name>), or a dotted module path of the user's own.
+TRAINER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+TRAINERS_PACKAGE = "reprokit_trainers"
+# The user's recipe folders, searched after the kit's own (set once by the command line).
+_user_dirs: list[Path] = []
 
 
 class Strict(BaseModel):
@@ -65,6 +76,9 @@ class Dataset(Strict):
     columns: dict[str, str] = Field(default_factory=dict)
     splits: dict[str, int] = Field(default_factory=dict)
     synthetic: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, DataKey] = Field(
+        default_factory=dict, description="the real data a user can give with --data KEY=PATH"
+    )
     unpinned: str | None = None
     notes: list[str] = Field(default_factory=list)
 
@@ -75,13 +89,16 @@ class Dataset(Strict):
 
 
 class Reference(Strict):
-    """A published figure: an absolute throughput on a device, or a speedup over the baseline."""
+    """A published figure: an absolute throughput on a device, or a speedup over the baseline, each
+    with the definition it was measured under (throughput.DEFINITIONS)."""
 
     device: str | None = None
     devices: int | None = Field(default=None, ge=1)
     nodes: int = Field(default=1, ge=1)
     value: float | None = Field(default=None, gt=0)
     ratio: float | None = Field(default=None, gt=0)
+    definition: Definition = Field(description="what the published figure counts (throughput.DEFINITIONS)")
+    source: str | None = Field(default=None, description="where the figure is published, and which version")
     note: str | None = None
 
     @model_validator(mode="after")
@@ -91,10 +108,6 @@ class Reference(Strict):
         if self.value is not None and (self.device is None or self.devices is None):
             raise ValueError("an absolute reference needs 'device' and 'devices'")
         return self
-
-    @property
-    def per_device(self) -> float | None:
-        return None if self.value is None else self.value / (self.devices or 1)
 
 
 class Variant(Strict):
@@ -108,6 +121,35 @@ class Variant(Strict):
     )
     published: dict[str, Any] = Field(
         default_factory=dict, description="values as published where the run differs"
+    )
+    group: str = Field(
+        default="main",
+        pattern=NAME_PATTERN,
+        description="variants compared with each other: speedups are over the baseline of the same group "
+        "(a post's first version has its own baseline)",
+    )
+    changes: list[str] | None = Field(
+        default=None, description="the trainer args this rung changes over the one before it (a ladder)"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+class DataKey(Strict):
+    """Real data a user gives with `--data KEY=PATH`: the trainer argument it fills and its layout."""
+
+    arg: str
+    layout: Literal["imagenet", "token_labels", "folder"]
+    help: str
+
+
+class PublishedCommand(Strict):
+    """A command line as published, verbatim, with where and in which version."""
+
+    command: str
+    source: str
+    version: str
+    variants: list[str] = Field(
+        default_factory=list, description="the variants this command is the source of"
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -125,20 +167,33 @@ class Recipe(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     title: str
     publication: Publication
-    trainer: str = Field(pattern=r"^[A-Za-z0-9_]+\.py$")
+    trainer: str = Field(
+        pattern=TRAINER_PATTERN,
+        description="a kit trainer (bridgetower, volo, vit) or a dotted module path to run with python -m",
+    )
     unit: Literal["samples/s", "img/s"]
     devices: int = Field(ge=1, description="devices per node in the published runs")
     model: Model
     dataset: Dataset
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     accelerator_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    published_commands: dict[str, str] = Field(default_factory=dict)
+    published_commands: list[PublishedCommand] = Field(default_factory=list)
     tolerance: float = Field(
         default=0.10, gt=0, lt=1, description="relative tolerance of a reproduced figure"
     )
     variants: list[Variant] = Field(min_length=1)
     scales: dict[Literal["published", "smoke"], Scale]
     notes: list[str] = Field(default_factory=list)
+    assumptions: list[str] = Field(
+        default_factory=list, description="what the verdicts rest on that no publication states"
+    )
+
+    def published_command(self, variant: str) -> PublishedCommand | None:
+        return next((c for c in self.published_commands if variant in c.variants), None)
+
+    @property
+    def trainer_module(self) -> str:
+        return trainer_module(self.trainer)
 
     @property
     def warnings(self) -> list[str]:
@@ -162,12 +217,21 @@ class Recipe(Strict):
                 if other not in names:
                     raise ValueError(f"variant {variant.name!r}: needs.{arg} names unknown variant {other!r}")
             if any(r.ratio is not None for r in variant.references) and not any(
-                v.baseline for v in self.variants
+                v.baseline and v.group == variant.group for v in self.variants
             ):
                 raise ValueError(
-                    f"variant {variant.name!r} has a ratio reference but no variant is 'baseline: true'"
+                    f"variant {variant.name!r} has a ratio reference but its group {variant.group!r} "
+                    "has no variant with 'baseline: true'"
                 )
             _check_token_grid(variant.name, {**self.hyperparameters, **variant.args})
+        for group in {v.group for v in self.variants}:
+            baselines = [v.name for v in self.variants if v.group == group and v.baseline]
+            if len(baselines) > 1:
+                raise ValueError(f"group {group!r} has more than one baseline: {', '.join(baselines)}")
+        for command in self.published_commands:
+            for name in command.variants:
+                if name not in names:
+                    raise ValueError(f"published_commands ({command.source}) names unknown variant {name!r}")
         for scale_name, scale in self.scales.items():
             for name in scale.variants or []:
                 if name not in names:
@@ -197,8 +261,36 @@ def _format_errors(source: str, error: ValidationError) -> str:
     return head + "; ".join(parts)
 
 
+def trainer_module(trainer: str) -> str:
+    """The module `python -m` runs: a kit trainer's package, or the user's dotted module as given."""
+    return trainer if "." in trainer else f"{TRAINERS_PACKAGE}.{trainer}"
+
+
+def use_dirs(dirs: Iterable[str | Path]) -> None:
+    """Add the user's recipe folders to the search (after the kit's own); each must exist."""
+    for folder in dirs:
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise ReprokitError(f"recipe folder {folder} does not exist (--recipes or the 'recipes' setting)")
+        if path.resolve() not in [d.resolve() for d in _user_dirs]:
+            _user_dirs.append(path)
+
+
+def search_dirs() -> list[Path]:
+    return [RECIPES_DIR, *_user_dirs]
+
+
 def available() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+    """Recipe names, the kit's first; a user's recipe of the same name as a kit one is shadowed."""
+    names: dict[str, Path] = {}
+    for folder in search_dirs():
+        for path in sorted(folder.glob("*.yaml")):
+            names.setdefault(path.stem, path)
+    return list(names)
+
+
+def is_kit_recipe(path: Path) -> bool:
+    return path.resolve().parent == RECIPES_DIR.resolve()
 
 
 def resolve_path(name_or_path: str) -> Path:
@@ -208,12 +300,11 @@ def resolve_path(name_or_path: str) -> Path:
         if not candidate.is_file():
             raise ReprokitError(f"recipe file {name_or_path} does not exist")
         return candidate
-    path = RECIPES_DIR / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ReprokitError(
-            f"unknown recipe {name_or_path!r}; known recipes: {', '.join(available()) or 'none'}"
-        )
-    return path
+    for folder in search_dirs():
+        path = folder / f"{name_or_path}.yaml"
+        if path.is_file():
+            return path
+    raise ReprokitError(f"unknown recipe {name_or_path!r}; known recipes: {', '.join(available()) or 'none'}")
 
 
 def load(name_or_path: str) -> Recipe:

@@ -1,4 +1,4 @@
-"""Accelerator profiles (docker/accelerators.yaml): base image, packages, run flags, launcher."""
+"""Accelerator profiles (accelerators.yaml, beside this file): base image, packages, run flags, launcher."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import re
 import shutil
 import subprocess
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ReprokitError
-from .recipes import _format_errors
+from ..errors import ReprokitError
+from ..recipes import _format_errors
 
-PROFILES_FILE = Path(__file__).resolve().parent.parent / "docker" / "accelerators.yaml"
+PROFILES_FILE = Path(str(files(__name__))) / "accelerators.yaml"
 # Detection order: the most specific hardware first; cpu always matches.
 DETECTION_ORDER = ("gaudi2", "cuda", "cpu")
 

@@ -1,47 +1,35 @@
-"""Images: each accelerator's pinned image, tagged by what goes into it, labelled with where it came from.
+"""Building an accelerator's image: through the Docker SDK, or as the `docker build` line a user types.
 
-The tag is ``reprokit/<accelerator>:<kit version>-<hash of the rendered build context>``, so an
-unchanged kit finds its image again (a rebuild is a cache hit) and any change to the Dockerfile,
-the pins or the trainers makes a new tag. Builds go through the Docker SDK; ``build_command``
-spells the same build as the ``docker build`` line a user would type.
+The build context is sent as an in-memory tar (nothing is copied to disk to build); `--dry-run`
+writes it to rendered/build/<accelerator>/ so that the printed command can be run by hand.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import io
 import json
 import re
 import shlex
-import shutil
-import subprocess
-import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__, recipes
-from .accelerators import Profile
-from .cells import ROOT, git, kit_revision
-from .errors import ReprokitError
-from .render import context_hash, write_build_context
+from .. import __version__, recipes
+from ..accelerators import Profile
+from ..errors import ReprokitError
+from ..gitinfo import checkout, kit_revision, kit_source
+from . import engine
+from .context import context_files, context_hash, image_tag, write_context
 
-BUILD_DIR = ROOT / "rendered" / "build"
+BUILD_DIR = Path("rendered") / "build"
 OCI = "org.opencontainers.image"
-# A build can stay silent for minutes (pip unpacking torch, the daemon committing a multi-GB layer).
-BUILD_HTTP_TIMEOUT_S = 6 * 3600
-# manylinux tags a glibc 2.36 system (Debian bookworm, the cpu image) accepts: pip does not
-# expand `--platform manylinux_2_28_x86_64` to the older tags on its own.
-MANYLINUX_TAGS = (
-    "manylinux1_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux2014_x86_64",
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(5, 37)),
-)
 # The wheelhouse URL is a build argument of the pip layer, so it is part of that layer's cache key:
 # a fixed port lets a rebuild (a trainer edited) reuse the installed packages.
 WHEELHOUSE_PORT = 38741
@@ -49,48 +37,19 @@ WHEELHOUSE_PORT = 38741
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY", re.IGNORECASE)
 
 
-def image_repository(profile: Profile) -> str:
-    return f"reprokit/{profile.name}"
-
-
-def tag_for_context(profile: Profile, context: Path) -> str:
-    return f"{image_repository(profile)}:{__version__}-{context_hash(context)}"
-
-
-def image_tag(profile: Profile) -> str:
-    """reprokit/<accelerator>:<kit version>-<hash of Dockerfile, pinned requirements and trainers>."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return tag_for_context(profile, write_build_context(profile, Path(tmp) / "context"))
-
-
-def build_context(profile: Profile) -> Path:
-    """Render the build context into rendered/build/<accelerator>/, from scratch (no stale file is hashed)."""
-    dest = BUILD_DIR / profile.name
-    if dest.exists():
-        shutil.rmtree(dest)
-    return write_build_context(profile, dest)
-
-
-def kit_source() -> str | None:
-    """Where the kit comes from: the git remote, when the checkout has one."""
-    url = git("config", "--get", "remote.origin.url") or ""
-    # A URL with credentials in it (https://user:token@host/...) must not land in a label.
-    return re.sub(r"//[^/@]+@", "//", url) or None
-
-
-def labels(profile: Profile, context: Path, base_image: str, base_digest: str | None) -> dict[str, str]:
+def labels(
+    profile: Profile, files: dict[str, bytes], base_image: str, base_digest: str | None
+) -> dict[str, str]:
     """OCI labels: what the image is, which kit revision and recipes made it, and on which base."""
     found = {
         f"{OCI}.title": f"reprokit-{profile.name}",
         f"{OCI}.version": __version__,
         f"{OCI}.revision": kit_revision() or "unknown",
-        f"{OCI}.source": kit_source() or str(ROOT),
+        f"{OCI}.source": kit_source() or str(checkout() or f"reprokit {__version__}"),
         f"{OCI}.base.name": base_image,
         "io.reprokit.accelerator": profile.name,
-        "io.reprokit.context-hash": context_hash(context),
-        # The recipes of this checkout, by content hash: a result's recipe_hash can be matched to them.
+        "io.reprokit.context-hash": context_hash(files),
+        # The recipes of this kit, by content hash: a result's recipe_hash can be matched to them.
         "io.reprokit.recipes": json.dumps(
             {name: recipes.recipe_hash(name) for name in recipes.available()}, sort_keys=True
         ),
@@ -105,27 +64,34 @@ class BuildPlan:
     """One image build, as the SDK runs it and as `docker build` would."""
 
     profile: Profile
-    context: Path
+    files: dict[str, bytes]
     tag: str
     base_image: str
     labels: dict[str, str]
     build_args: dict[str, str] = field(default_factory=dict)
     network_mode: str | None = None
 
-    def _lines(self) -> list[list[str]]:
+    def _lines(self, context: Path) -> list[list[str]]:
         lines = [["docker", "build"], ["--tag", self.tag]]
         if self.network_mode:
             lines.append(["--network", self.network_mode])
         lines += [["--build-arg", f"{key}={value}"] for key, value in self.build_args.items()]
         lines += [["--label", f"{key}={value}"] for key, value in self.labels.items()]
-        return [*lines, [str(self.context)]]
+        return [*lines, [str(context)]]
 
-    def command(self) -> list[str]:
-        return [token for line in self._lines() for token in line]
-
-    def command_line(self) -> str:
+    def command_line(self, context: Path) -> str:
         """The command, one flag per line, shell-quoted: it pastes into a shell as it is."""
-        return " \\\n  ".join(" ".join(shlex.quote(t) for t in line) for line in self._lines())
+        return " \\\n  ".join(" ".join(shlex.quote(t) for t in line) for line in self._lines(context))
+
+    def context_tar(self) -> io.BytesIO:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name in sorted(self.files):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(self.files[name]), 0o644, 0
+                tar.addfile(info, io.BytesIO(self.files[name]))
+        buffer.seek(0)
+        return buffer
 
 
 def plan_build(
@@ -134,7 +100,7 @@ def plan_build(
     wheelhouse_url: str | None = None,
     base_digest: str | None = None,
 ) -> BuildPlan:
-    context = build_context(profile)
+    files = context_files(profile)
     base = base_image or profile.pinned_base
     build_args = {"BASE_IMAGE": base}
     network_mode = None
@@ -147,10 +113,10 @@ def plan_build(
         raise ReprokitError(f"refusing to pass {', '.join(leaked)} as a build argument")
     return BuildPlan(
         profile=profile,
-        context=context,
-        tag=tag_for_context(profile, context),
+        files=files,
+        tag=image_tag(profile, files),
         base_image=base,
-        labels=labels(profile, context, base, base_digest),
+        labels=labels(profile, files, base, base_digest),
         build_args=build_args,
         network_mode=network_mode,
     )
@@ -160,37 +126,16 @@ def dry_run(profile: Profile, base_image: str | None = None, wheelhouse: str | P
     """The commands `inv build` runs, as a user would type them (the wheelhouse served by hand)."""
     base = base_image or profile.pinned_base
     url = f"http://127.0.0.1:{WHEELHOUSE_PORT}/" if wheelhouse else None
-    plan = plan_build(profile, base, url, _local_base_digest(base))
-    lines = [f"# the image {plan.tag}, from the build context {plan.context}"]
+    digest = None
+    if engine.engine_status() is None:  # the label a real build adds, when the base is here
+        digest = base_digest(engine.client(timeout=30), base)
+    plan = plan_build(profile, base, url, digest)
+    context = write_context(profile, BUILD_DIR / profile.name, plan.files).resolve()
+    lines = [f"# the image {plan.tag}, from the build context {context}"]
     if wheelhouse:
         server = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(wheelhouse)]
         lines.append(" ".join(shlex.quote(t) for t in [*server, str(WHEELHOUSE_PORT)]) + " &")
-    return "\n".join([*lines, plan.command_line()])
-
-
-def _local_base_digest(base_image: str) -> str | None:
-    """The base's digest when an engine answers and the base is here (the label a build adds); else None."""
-    from .runtimes.docker import client as quick_client
-    from .runtimes.docker import engine_status
-
-    if engine_status() is not None:
-        return None
-    return base_digest(quick_client(), base_image)
-
-
-def client(timeout: int = BUILD_HTTP_TIMEOUT_S):
-    from docker.errors import DockerException
-
-    import docker
-
-    try:
-        found = docker.from_env(timeout=timeout)
-        found.ping()
-        return found
-    except DockerException as exc:
-        from .runtimes.docker import describe_engine_error
-
-        raise ReprokitError(describe_engine_error(exc)) from None
+    return "\n".join([*lines, plan.command_line(context)])
 
 
 def base_digest(docker_client, base_image: str) -> str | None:
@@ -210,7 +155,7 @@ def image_info(tag: str, docker_client=None) -> dict[str, Any] | None:
     """Id, tag, labels and registry digests of a local image; None when it is not here."""
     from docker.errors import ImageNotFound
 
-    docker_client = docker_client or client(timeout=30)
+    docker_client = docker_client or engine.client(timeout=30)
     try:
         image = docker_client.images.get(tag)
     except ImageNotFound:
@@ -279,14 +224,14 @@ def build(
 
     console = console or Console(stderr=True, highlight=False)
     started = time.monotonic()
-    docker_client = client()
+    docker_client = engine.client()
     base = base_image or profile.pinned_base
     if wheelhouse is not None and not Path(wheelhouse).is_dir():
         raise ReprokitError(
             f"wheelhouse {wheelhouse} is not a folder (`inv wheelhouse --dest DIR` fills one)"
         )
     digest = _ensure_base(docker_client, base, offline=wheelhouse is not None, console=console)
-    with serve_directory(wheelhouse) if wheelhouse is not None else _nothing() as url:
+    with serve_directory(wheelhouse) if wheelhouse is not None else nullcontext() as url:
         plan = plan_build(profile, base, url, digest)
         existing = image_info(plan.tag, docker_client)
         if not force and _cache_hit(existing, plan):
@@ -302,11 +247,6 @@ def build(
     return BuildResult(plan.tag, image_id, False, seconds, plan.labels, log_path)
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
-
-
 def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> str:
     """Run the build, showing each step and the newest output line; the whole output goes to the log."""
     from docker.errors import APIError
@@ -315,10 +255,11 @@ def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> st
     image_id = None
     last_lines: list[str] = []
     with open(log_path, "w") as log, console.status("starting the build") as status:
-        log.write(plan.command_line() + "\n\n")
+        log.write(plan.command_line(Path("<context sent from memory>")) + "\n\n")
         try:
             stream = docker_client.api.build(
-                path=str(plan.context),
+                fileobj=plan.context_tar(),
+                custom_context=True,
                 tag=plan.tag,
                 buildargs=plan.build_args,
                 labels=plan.labels,
@@ -387,33 +328,3 @@ def serve_directory(directory: Path, port: int = WHEELHOUSE_PORT) -> Iterator[st
     finally:
         server.shutdown()
         server.server_close()
-
-
-def wheelhouse_command(profile: Profile, dest: Path, python_version: str = "3.11") -> list[str]:
-    """`pip download` of the profile's pins and their dependencies, as wheels for the image's Python."""
-    from .render import requirements
-
-    dest.mkdir(parents=True, exist_ok=True)
-    pins = dest / f"requirements-{profile.name}.txt"
-    pins.write_text(requirements(profile))
-    abi = "cp" + python_version.replace(".", "")
-    argv = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest),
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", python_version,
-        "--abi", abi,
-    ]  # fmt: skip
-    for tag in MANYLINUX_TAGS:
-        argv += ["--platform", tag]
-    return [*argv, "--requirement", str(pins)]
-
-
-def wheelhouse(profile: Profile, dest: Path, python_version: str = "3.11") -> list[Path]:
-    """Fill dest with the wheels the profile's image installs; returns the wheels now there."""
-    argv = wheelhouse_command(profile, dest, python_version)
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        raise ReprokitError(
-            f"pip download failed: {lines[-1] if lines else f'exit code {result.returncode}'}"
-        )
-    return sorted(dest.glob("*.whl"))

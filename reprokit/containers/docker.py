@@ -1,4 +1,4 @@
-"""The docker runtime: run.sh inside the accelerator's image, the session's runs/ bind-mounted.
+"""Docker: run.sh inside the accelerator's image, the session's runs/ bind-mounted.
 
 The whole runs/ folder is mounted (not only the cell's run directory), so a cell that consumes
 another's output (`$RUN_DIR/../<other cell>/checkpoint`) finds it. The container runs as the
@@ -15,65 +15,29 @@ import os
 import secrets
 import shlex
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import accelerators, images, rundirs
+from .. import images
 from ..accelerators import Profile
 from ..cells import Cell
-from ..errors import ReprokitError
-from ..render import write_run_dir_inputs
+from ..errors import ReprokitError, StartFailed
+from ..handles import Ended, Handle
+from .base import Container
 
 CONTAINER_RUNS = "/reprokit/runs"
 CONTAINER_HF_HOME = "/reprokit/hf-home"
-POLL_SECONDS = 0.5
 STOP_GRACE_S = 10
 # Host variables a trainer may need, passed at run time by name (never baked into an image).
 PASSTHROUGH_ENV = ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 DOCKER_RUN_KEYS = ("gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "ulimits", "cap_add", "user")
 
 
-def client(timeout: int = 5):
-    import docker
-
-    return docker.from_env(timeout=timeout)
-
-
-def describe_engine_error(exc: Exception) -> str:
-    text = str(exc)
-    if "FileNotFoundError" in text or "No such file" in text or "Connection refused" in text:
-        return "no Docker engine is running; start dockerd or set DOCKER_HOST"
-    if "Permission denied" in text:
-        return "the Docker engine refuses this user; add it to the docker group or use rootless Docker"
-    return f"the Docker engine does not answer: {text.splitlines()[0][:160] if text else type(exc).__name__}"
-
-
-def engine_status() -> str | None:
-    """None when a Docker engine answers; else why not, in a few words."""
-    try:
-        from docker.errors import DockerException
-    except ImportError:
-        return "the docker Python package is not installed"
-    try:
-        client().ping()
-        return None
-    except DockerException as exc:
-        return describe_engine_error(exc)
-    except Exception as exc:  # the SDK raises requests' errors too
-        return f"the Docker engine does not answer: {type(exc).__name__}"
-
-
-def image_available(accelerator: str) -> bool:
-    from docker.errors import DockerException, ImageNotFound
-
-    try:
-        client().images.get(images.image_tag(accelerators.get(accelerator)))
-        return True
-    except (ImageNotFound, DockerException):
-        return False
+@dataclass(frozen=True)
+class DockerOptions:
+    # An image tag to run in, instead of the one `inv build` makes for this kit.
+    image: str | None = None
 
 
 def hf_home() -> Path:
@@ -91,6 +55,7 @@ class ContainerSpec:
     environment: dict[str, str]
     volumes: dict[str, dict[str, str]]
     profile: Profile
+    working_dir: str
     user: str | None = None
     passthrough: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
@@ -109,6 +74,7 @@ class ContainerSpec:
                 **{k: os.environ[k] for k in self.passthrough if k in os.environ},
             },
             "volumes": self.volumes,
+            "working_dir": self.working_dir,
             "detach": True,
             "labels": self.labels,
             # An init as PID 1 passes `docker stop`'s SIGTERM on (a PID 1 trainer would ignore it).
@@ -138,6 +104,7 @@ class ContainerSpec:
             flags = flags[take:]
         for host, bind in self.volumes.items():
             lines.append(["-v", f"{host}:{bind['bind']}:{bind['mode']}"])
+        lines.append(["-w", self.working_dir])
         lines += [["-e", f"{key}={value}"] for key, value in self.environment.items()]
         lines += [["-e", key] for key in self.passthrough]
         lines += [["--label", f"{key}={value}"] for key, value in self.labels.items()]
@@ -175,6 +142,9 @@ def container_spec(
         "REPROKIT_IMAGE_LABELS": json.dumps(image_labels or {}, sort_keys=True),
     }
     volumes = {str(runs): {"bind": CONTAINER_RUNS, "mode": "rw"}}
+    for path in cell.data.values():
+        # The user's real data, read-only, at the path the trainer's arguments name.
+        volumes[path] = {"bind": path, "mode": "ro"}
     hub_home = hf_home()
     if hub_home.is_dir():
         # Read-only: a run must not change the user's cache. The hub's files are read from it;
@@ -194,6 +164,7 @@ def container_spec(
         environment=environment,
         volumes=volumes,
         profile=profile,
+        working_dir=container_run_dir,
         user=str(user) if user is not None else None,
         passthrough=[key for key in PASSTHROUGH_ENV if key in os.environ],
         # `docker ps --filter label=io.reprokit.run-dir=...` finds the container of a run directory.
@@ -201,101 +172,50 @@ def container_spec(
     )
 
 
-def dry_run_command(cell: Cell, run_dir: Path, profile: Profile, image: str | None = None) -> str:
-    """The `docker run` line of a cell, without asking the engine anything."""
-    spec = container_spec(cell, run_dir, profile, image or images.image_tag(profile))
-    spec.environment.pop("REPROKIT_IMAGE_ID")
-    spec.environment.pop("REPROKIT_IMAGE_LABELS")  # known only once the image is inspected
-    return spec.command_line()
+class DockerHandle(Handle):
+    """A cell's container: its output streamed into stdout.log, removed when closed."""
 
-
-class DockerRuntime:
-    name = "docker"
-
-    def __init__(self, image: str | None = None) -> None:
-        self.image = image
-        self._client = None
-        self._images: dict[str, dict[str, Any]] = {}
-
-    def _engine(self):
-        if self._client is None:
-            reason = engine_status()
-            if reason is not None:
-                raise ReprokitError(f"the docker runtime needs a Docker engine: {reason}")
-            self._client = client(timeout=120)
-        return self._client
-
-    def _image(self, profile: Profile) -> dict[str, Any]:
-        if profile.name not in self._images:
-            tag = self.image or images.image_tag(profile)
-            info = images.image_info(tag, self._engine())
-            if info is None:
-                raise ReprokitError(
-                    f"no image {tag} here; build it with `inv build --accelerator {profile.name}`"
-                )
-            self._images[profile.name] = info
-        return self._images[profile.name]
-
-    def run(
-        self,
-        cell: Cell,
-        run_dir: Path,
-        profile: Profile,
-        timeout: float | None = None,
-        progress: Callable[[str], None] | None = None,
-    ) -> dict:
-        image = self._image(profile)
-        engine = self._engine()
-        write_run_dir_inputs(cell, profile, run_dir)
-        spec = container_spec(cell, run_dir, profile, image["tag"], image["labels"], image["id"])
+    def __init__(self, engine, spec: ContainerSpec, run_dir: Path) -> None:
         from docker.errors import DockerException
 
-        container = None
-        exit_code: int | None = None
-        reason: str | None = None
         try:
-            container = engine.containers.run(**spec.sdk_kwargs())
-            exit_code, reason = _supervise(container, run_dir, timeout, progress)
-        except KeyboardInterrupt:
-            if container is not None:
-                _stop(container)
-                exit_code = _exit_code(container)
-            rundirs.finish(run_dir, exit_code, "interrupted")
-            raise
+            self.container = engine.containers.run(**spec.sdk_kwargs())
         except DockerException as exc:
-            reason = f"docker: {str(exc).splitlines()[0][:240]}"
-        finally:
-            if container is not None:
-                # Already gone is fine: its output and exit code were kept.
-                with contextlib.suppress(DockerException):
-                    container.remove(force=True)
-        return rundirs.finish(run_dir, exit_code, reason)
+            raise StartFailed(f"docker: {str(exc).splitlines()[0][:240]}") from None
+        self.streamer = threading.Thread(
+            target=_copy_logs, args=(self.container, run_dir / "stdout.log"), daemon=True
+        )
+        self.streamer.start()
 
+    def poll(self) -> Ended | None:
+        if self.streamer.is_alive():
+            return None
+        exit_code = _exit_code(self.container)
+        reason = (
+            "out of memory: the container was killed by the kernel's OOM killer"
+            if _oom_killed(self.container)
+            else None
+        )
+        return Ended(exit_code, reason)
 
-def _supervise(
-    container, run_dir: Path, timeout: float | None, progress: Callable[[str], None] | None
-) -> tuple[int | None, str | None]:
-    """Stream the container's output into stdout.log until it exits; returns (exit code, failure reason)."""
-    started = time.monotonic()
-    streamer = threading.Thread(target=_copy_logs, args=(container, run_dir / "stdout.log"), daemon=True)
-    streamer.start()
-    reason = None
-    while streamer.is_alive():
-        if timeout is not None and time.monotonic() - started > timeout:
-            _stop(container)
-            reason = "timeout"
-            break
-        if progress is not None:
-            progress(
-                rundirs.last_throughput(run_dir)
-                or f"running {time.monotonic() - started:.0f}s in a container"
-            )
-        time.sleep(POLL_SECONDS)
-    streamer.join(STOP_GRACE_S)
-    exit_code = _exit_code(container)
-    if reason is None and _oom_killed(container):
-        reason = "out of memory: the container was killed by the kernel's OOM killer"
-    return exit_code, reason
+    def stop(self) -> Ended:
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            self.container.stop(timeout=STOP_GRACE_S)
+        self.streamer.join(STOP_GRACE_S)
+        return Ended(_exit_code(self.container))
+
+    def describe(self, elapsed: float) -> str:
+        return f"running {elapsed:.0f}s in a container"
+
+    def close(self) -> None:
+        from docker.errors import DockerException
+
+        self.streamer.join(STOP_GRACE_S)
+        # Already gone is fine: its output and exit code were kept.
+        with contextlib.suppress(DockerException):
+            self.container.remove(force=True)
 
 
 def _copy_logs(container, log_path: Path) -> None:
@@ -308,13 +228,6 @@ def _copy_logs(container, log_path: Path) -> None:
                 log.flush()
         except DockerException:
             pass  # the container went away; the exit code says how
-
-
-def _stop(container) -> None:
-    from docker.errors import DockerException
-
-    with contextlib.suppress(DockerException):
-        container.stop(timeout=STOP_GRACE_S)
 
 
 def _exit_code(container) -> int | None:
@@ -332,3 +245,46 @@ def _oom_killed(container) -> bool:
         return bool(container.attrs.get("State", {}).get("OOMKilled"))
     except DockerException:
         return False
+
+
+class Docker(Container):
+    name = "docker"
+    options_class = DockerOptions
+
+    def __init__(self, options: DockerOptions) -> None:
+        super().__init__(options)
+        self._engine = None
+        self._images: dict[str, dict[str, Any]] = {}
+
+    def check(self, profile: Profile, runtime: str) -> None:
+        self._image(profile)
+
+    def _client(self):
+        if self._engine is None:
+            reason = images.engine_status()
+            if reason is not None:
+                raise ReprokitError(f"the docker container platform needs a Docker engine: {reason}")
+            self._engine = images.client(timeout=120)
+        return self._engine
+
+    def _image(self, profile: Profile) -> dict[str, Any]:
+        if profile.name not in self._images:
+            tag = self.options.image or images.image_tag(profile)
+            info = images.image_info(tag, self._client())
+            if info is None:
+                raise ReprokitError(
+                    f"no image {tag} here; build it with `inv build --accelerator {profile.name}`"
+                )
+            self._images[profile.name] = info
+        return self._images[profile.name]
+
+    def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
+        image = self._image(profile)
+        spec = container_spec(cell, run_dir, profile, image["tag"], image["labels"], image["id"])
+        return DockerHandle(self._client(), spec, run_dir)
+
+    def local_dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
+        spec = container_spec(cell, run_dir, profile, self.options.image or images.image_tag(profile))
+        spec.environment.pop("REPROKIT_IMAGE_ID")
+        spec.environment.pop("REPROKIT_IMAGE_LABELS")  # known only once the image is inspected
+        return "# in the image, with the session's runs/ mounted:\n" + spec.command_line() + "\n"

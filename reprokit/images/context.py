@@ -1,0 +1,77 @@
+"""An image's build context: Dockerfile, pinned requirements and the trainers, and its tag.
+
+As TensorFlow's tools/dockerfiles does, the Dockerfile is assembled from a spec (the accelerator
+profile) and partials that each own one concern. The tag is
+``reprokit/<accelerator>:<kit version>-<hash of the context>``, the hash taken over the files in
+memory, so an unchanged kit finds its image again and planning a run copies nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .. import __version__, trainers
+from ..accelerators import Profile
+from ..recipes import TRAINERS_PACKAGE
+from ..templating import render
+
+SKIPPED = ("__pycache__", ".pyc", ".pyo")
+
+
+def dockerfile(profile: Profile) -> str:
+    return render(__package__, "dockerfiles", "Dockerfile.j2", profile=profile)
+
+
+def requirements(profile: Profile) -> str:
+    header = f"# Pinned Python packages of the reprokit `{profile.name}` image (accelerators.yaml).\n"
+    return header + "".join(f"{line}\n" for line in profile.requirements)
+
+
+def trainer_files() -> dict[str, bytes]:
+    """Every file of the trainers package, by its path in the context (reprokit_trainers/...)."""
+    root = trainers.package_dir()
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not any(part in SKIPPED or path.suffix in SKIPPED for part in path.parts):
+            found[f"{TRAINERS_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return found
+
+
+def context_files(profile: Profile) -> dict[str, bytes]:
+    """What `docker build` is given, by path in the context."""
+    return {
+        "Dockerfile": dockerfile(profile).encode(),
+        "requirements.txt": requirements(profile).encode(),
+        **trainer_files(),
+    }
+
+
+def context_hash(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode())
+        digest.update(files[name])
+    return digest.hexdigest()[:12]
+
+
+def image_repository(profile: Profile) -> str:
+    return f"reprokit/{profile.name}"
+
+
+def image_tag(profile: Profile, files: dict[str, bytes] | None = None) -> str:
+    """reprokit/<accelerator>:<kit version>-<hash of Dockerfile, requirements and trainers>."""
+    return f"{image_repository(profile)}:{__version__}-{context_hash(files or context_files(profile))}"
+
+
+def write_context(profile: Profile, dest: Path, files: dict[str, bytes] | None = None) -> Path:
+    """Write the context into dest, emptied first so that no stale file goes into the build."""
+    import shutil
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    for name, data in (files or context_files(profile)).items():
+        path = dest / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return dest

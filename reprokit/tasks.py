@@ -1,0 +1,337 @@
+"""reprokit's tasks: thin, each a docstring (its --help), its flags, and a call into the kit.
+
+`reprokit TASK` (the installed command), `python -m reprokit TASK` and, in a checkout, `inv TASK`
+run these. The recipe-running tasks share one options object (options.RunOptions); site settings
+(settings.py) fill the flags not given.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from invoke import Collection, Exit, task
+
+from . import accelerators, cells, data, recipes, report, session, settings
+from . import reproduce as reproducing
+from .errors import ReprokitError
+from .options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, RunOptions, options_task
+
+
+def friendly(fn):
+    """Kit errors become one line on stderr and an exit code; never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ReprokitError as exc:
+            raise Exit(f"reprokit: {exc}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit(
+                "reprokit: interrupted; what was measured is kept (resume with --resume SESSION)", code=130
+            ) from None
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# From flags and settings to what the kit works with
+
+
+def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
+    """Options with the site settings filling what no flag gave; the recipe folders put to use."""
+    site = settings.load()
+    filled = replace(
+        options,
+        runtime=options.runtime or site.get("runtime", "auto"),
+        container=options.container or site.get("container", "auto"),
+        out=options.out or site.get("results"),
+        partition=options.partition or site.get("partition"),
+        account=options.account or site.get("account"),
+        time_limit=options.time_limit or site.get("time_limit"),
+        exclusive=options.exclusive and bool(site.get("exclusive", True)),
+        image=options.image or site.get("image"),
+        timeout=options.timeout or site.get("timeout"),
+        recipes=[*site.get("recipes", []), *options.recipes],
+    )
+    recipes.use_dirs(filled.recipes)
+    return filled, site
+
+
+def _int(value) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ReprokitError(f"{value!r}: give a whole number") from None
+
+
+def _nodes(value) -> int | list[int] | None:
+    """--nodes 2, or a list 1,2 (each cell at each count)."""
+    if value in (None, ""):
+        return None
+    try:
+        counts = [int(part) for part in str(value).split(",")]
+    except ValueError:
+        raise ReprokitError(f"--nodes {value}: give a number of nodes, or a list such as 1,2") from None
+    if any(count < 1 for count in counts) or len(set(counts)) != len(counts):
+        raise ReprokitError(f"--nodes {value}: node counts must be distinct and at least 1")
+    return counts[0] if len(counts) == 1 else counts
+
+
+def _timeout(value) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ReprokitError(f"--timeout {value}: give seconds") from None
+
+
+def request_of(names: list[str], options: RunOptions, site: settings.Settings) -> session.Request:
+    plugin_options = {key: getattr(options, key) for key in PLUGIN_OPTIONS if key in options.given()}
+    return session.Request(
+        recipes=names,
+        accelerator=options.accelerator,
+        scale=options.scale,
+        runtime=options.runtime,
+        container=options.container,
+        variants=list(options.variant),
+        devices=_int(options.devices),
+        nodes=_nodes(options.nodes),
+        timeout=_timeout(options.timeout),
+        runtime_options=plugin_options,
+        settings=site.record(),
+        data={**site.get("data", {}), **data.parse(options.data)},
+    )
+
+
+def _session_folder(path: str) -> Path:
+    folder = Path(path)
+    if not folder.is_dir():
+        folder = session.RESULTS_DIR / path
+    if not folder.is_dir():
+        raise ReprokitError(f"no session folder {path!r} (give results/<session>)")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes
+
+
+@task(
+    name="recipes",
+    help={"recipes": "a folder of your own recipes, searched after the kit's (repeatable)"},
+    iterable=["recipes"],
+)
+@friendly
+def recipes_(c, recipes=None):
+    """List the recipes, their variants and the publications they reproduce."""
+    with_settings(RunOptions(recipes=list(recipes or [])))
+    from . import recipes as kit_recipes
+
+    for name in kit_recipes.available():
+        recipe = kit_recipes.load(name)
+        print(f"{name:14s} {recipe.title}  [{recipe.publication.organization}, {recipe.publication.year}]")
+        for variant in recipe.variants:
+            only = f"  (only {', '.join(variant.accelerators)})" if variant.accelerators else ""
+            print(f"{'':16s}{variant.name}{only}")
+
+
+@options_task(
+    ("accelerator", "scale", "variant", "devices", "recipes"),
+    recipe="required",
+    defaults={"scale": "published"},
+    extra={"json_": (False, "print the recipe and its cells as JSON")},
+)
+@friendly
+def show(c, recipe, options: RunOptions, json_=False):
+    """Show a recipe's resolved cells: the trainer arguments, devices and published references."""
+    options, _ = with_settings(options)
+    loaded = recipes.load(recipe)
+    chosen = accelerators.resolve(options.accelerator)
+    found = cells.expand(
+        loaded,
+        recipe,
+        chosen,
+        session.choose_scale(options.scale, chosen),
+        options.variant or None,
+        _int(options.devices),
+    )
+    if json_:
+        payload = {
+            "recipe": loaded.name,
+            "title": loaded.title,
+            "publication": loaded.publication.model_dump(),
+            "model": loaded.model.model_dump(exclude_none=True),
+            "dataset": loaded.dataset.model_dump(exclude_none=True),
+            "hyperparameters": loaded.hyperparameters,
+            "published_commands": [c.model_dump() for c in loaded.published_commands],
+            "assumptions": loaded.assumptions,
+            "warnings": loaded.warnings,
+            "cells": [c_.to_json() for c_ in found],
+        }
+        print(json.dumps(payload, indent=2))
+        return
+    for warning in loaded.warnings:
+        print(f"warning: {warning}")
+    for cell in found:
+        print(f"\n{cell.cell_id}  ({cell.scale}, {cell.accelerator}, {cell.nodes}x{cell.devices} devices)")
+        for ref in cell.references:
+            what = (
+                f"{ref['value']} {cell.unit} on {ref['devices']} {ref['device']}"
+                if "value" in ref
+                else f"{ref['ratio']}x"
+            )
+            print(f"  published: {what}" + (f"  ({ref['note']})" if ref.get("note") else ""))
+        for key, value in cell.published.items():
+            print(f"  published {key}={value}, run with {key}={cell.args.get(key)}")
+        for note in cell.notes:
+            print(f"  note: {note}")
+        print("  " + " \\\n    ".join(cells.shell_args(cell.argv())))
+
+
+# ---------------------------------------------------------------------------------------------
+# Images
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "base_image": "build on this base instead of the profile's (a private registry, or a local one)",
+        "wheelhouse": "install the pins from this folder (`inv wheelhouse`), served on 127.0.0.1: no internet",
+        "force": "rebuild even when the image is up to date",
+        "dry_run": "print the `docker build` command and build nothing",
+    }
+)
+@friendly
+def build(c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False):
+    """Build the accelerator's pinned image (a cache hit when nothing changed)."""
+    from . import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    if dry_run:
+        print(images.dry_run(profile, base_image, wheelhouse))
+        return
+    result = images.build(
+        profile, base_image, Path(wheelhouse) if wheelhouse else None, force, session.console
+    )
+    print(result.tag)
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
+        "python_version": "the image's Python (default 3.11: the cpu image's Debian bookworm)",
+    }
+)
+@friendly
+def wheelhouse(c, accelerator="auto", dest=None, python_version="3.11"):
+    """Download the image's pinned wheels (and their dependencies) for an offline `inv build --wheelhouse`."""
+    from . import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    folder = Path(dest or f"wheelhouse/{profile.name}")
+    wheels = images.wheelhouse(profile, folder, python_version)
+    size = sum(w.stat().st_size for w in wheels) / 2**30
+    print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
+
+
+@task(
+    name="export",
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "format": "enroot (a squashfs for pyxis: `enroot import`) or apptainer (a .sif: `apptainer build`)",
+        "dest": "file to write (default: exports/<image tag>.sqsh|.sif, what --container pyxis|apptainer looks for)",
+        "dry_run": "print the command and run nothing",
+    },
+)
+@friendly
+def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  # noqa: A002 - the flag's name
+    """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
+    from . import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
+    print(" ".join(command) if dry_run else target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@options_task(
+    RENDER_FIELDS,
+    recipe="optional",
+    recipe_help="a recipe name or path (default: all recipes)",
+)
+@friendly
+def render(c, recipe, options: RunOptions):
+    """Write the Dockerfile and each cell's run directory as a session would, to read or run by hand.
+
+    The run directories are rendered/<accelerator>-<scale>/runs/<cell>/: cell.json and run.sh, and
+    with --runtime slurm sbatch.sh and bind-rank.sh; a cell that reads another's checkpoint finds it
+    beside it, as in a session."""
+    from . import images
+
+    options, site = with_settings(options)
+    request = request_of([recipe] if recipe else [], options, site)
+    the_plan = session.plan_request(request, fit_devices=False)
+    runtime = session.build_runtime(the_plan, request.runtime_options)
+    profile = accelerators.get(the_plan.accelerator)
+    out = Path(options.out or "rendered")
+    context = images.write_context(profile, out / "docker" / profile.name)
+    print(context / "Dockerfile")
+    runs = out / f"{the_plan.accelerator}-{the_plan.scale}" / "runs"
+    for cell in the_plan.cells:
+        print(runtime.prepare(cell, runs / cell.cell_id, profile))
+
+
+def _run(recipe_names: list[str], options: RunOptions) -> None:
+    options, site = with_settings(options)
+    request = request_of(recipe_names, options, site)
+    reproducing.reproduce(request, options.out, options.resume, options.dry_run)
+
+
+@options_task(RUN_FIELDS, recipe="required")
+@friendly
+def run(c, recipe, options: RunOptions):
+    """Run one recipe's cells into a new session folder, then collect and report."""
+    _run([recipe], options)
+
+
+@options_task(RUN_FIELDS, recipe="optional", recipe_help="a recipe name or path (default: all recipes)")
+@friendly
+def reproduce(c, recipe, options: RunOptions):
+    """Rerun the published recipes at the scale that fits this machine, then collect and report."""
+    _run([recipe] if recipe else [], options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@task(help={"session": "a session folder (results/<session>)"})
+@friendly
+def collect(c, session_):
+    """Rebuild results.csv and results.jsonl of a session from its run directories."""
+    table = report.collect.collect(_session_folder(session_))
+    print(f"{len(table)} cells -> {Path(session_) / 'results.csv'}")
+
+
+@task(name="report", help={"session": "a session folder (results/<session>)"})
+@friendly
+def report_(c, session_):
+    """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
+    written = report.write(_session_folder(session_))
+    report.print_table(written.table)
+    print(written.html)
+    print(written.markdown)
+
+
+ns = Collection(recipes_, show, render, build, wheelhouse, export_, run, reproduce, collect, report_)

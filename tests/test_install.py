@@ -1,0 +1,72 @@
+"""The kit installs like a tool: a non-editable install, in a fresh venv outside any checkout, has the
+`reprokit` command with every task, its recipes, profiles, templates and trainers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A venv with the kit's wheel installed (its dependencies from the package index or pip's cache)."""
+    where = tmp_path_factory.mktemp("installed")
+    wheel_dir = where / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheel_dir), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = wheel_dir.glob("reprokit-*.whl")
+    venv.create(where / "venv", with_pip=True)
+    python = where / "venv" / "bin" / "python"
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return where / "venv" / "bin"
+
+
+def _run(bin_dir: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    version = _run(installed, elsewhere, str(installed / "python"), "-m", "reprokit", "--version")
+    assert version.returncode == 0 and version.stdout.strip() == "reprokit 0.1.0", version.stderr
+    listed = _run(installed, elsewhere, "reprokit", "--list")
+    for name in ("recipes", "show", "render", "build", "wheelhouse", "export", "run", "reproduce", "collect", "report"):
+        assert f"  {name} " in listed.stdout, listed.stdout
+    found = _run(installed, elsewhere, "reprokit", "recipes")
+    assert found.returncode == 0, found.stderr
+    assert {"bridgetower", "volo", "vit-speedups"} <= {line.split()[0] for line in found.stdout.splitlines() if not line.startswith(" ")}
+    shown = _run(installed, elsewhere, "reprokit", "show", "bridgetower", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["cells"][0]["trainer"] == "bridgetower"
+    dry = _run(installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu")
+    assert dry.returncode == 0, dry.stderr
+    assert "-m reprokit_trainers.bridgetower" in dry.stdout
+    rendered = _run(installed, elsewhere, "reprokit", "render", "volo", "--accelerator", "cuda")
+    assert rendered.returncode == 0, rendered.stderr
+    context = elsewhere / "rendered" / "docker" / "cuda"
+    # The image's build context carries the installed trainers (read as package data, not from a checkout).
+    assert (context / "Dockerfile").exists() and (context / "reprokit_trainers" / "volo").is_dir()
+    assert not list(elsewhere.rglob("__pycache__"))

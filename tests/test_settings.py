@@ -1,0 +1,54 @@
+"""Site settings: a cluster's partition, account, container platform and data paths written once in
+reprokit.yaml (or REPROKIT_* variables), used by every command, and recorded by every session."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.conftest import ROOT, run_inv
+from tests.fakes import fake_env, fake_recipe
+
+CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke")
+
+
+def test_a_settings_file_fills_the_flags_a_user_did_not_give(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text(
+        yaml.safe_dump({"runtime": "slurm", "container": "none", "partition": "batch", "account": "proj123"})
+    )
+    result = run_inv(
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --partition=batch" in result.stdout and "#SBATCH --account=proj123" in result.stdout
+    # A variable beats the file, a flag beats both.
+    result = run_inv(
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--account", "mine",
+        cwd=tmp_path, env={"REPROKIT_PARTITION": "debug"},
+    )  # fmt: skip
+    assert "#SBATCH --partition=debug" in result.stdout and "#SBATCH --account=mine" in result.stdout
+
+
+def test_a_session_records_the_settings_it_ran_with(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"runtime": "local", "timeout": 120}))
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True}])
+    result = run_inv(
+        "--search-root", str(ROOT), "run", str(recipe), *CPU_SMOKE, "--container", "none", "--out", "out",
+        cwd=tmp_path, env=fake_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (session,) = (tmp_path / "out").iterdir()
+    stored = json.loads((session / "session.json").read_text())
+    settings = stored["request"]["settings"]
+    assert settings["values"] == {"runtime": "local", "timeout": 120}
+    assert settings["files"] == [str(tmp_path / "reprokit.yaml")]
+    assert stored["request"]["timeout"] == 120.0
+
+
+def test_a_broken_settings_file_is_one_line(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text("runtime: [unclosed\n")
+    result = run_inv("--search-root", str(ROOT), "reproduce", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("reprokit: a reprokit settings file cannot be read")
