@@ -89,7 +89,7 @@ def _default(item) -> Any:
 
 OPTIONS = {item.name: item for item in fields(RunOptions)}
 # The options that choose and direct the runtime and its container platform, passed on by name.
-PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image")
+PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image", "user")
 RUN_FIELDS = tuple(OPTIONS)
 RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run"))
 

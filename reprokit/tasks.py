@@ -227,12 +227,13 @@ def build(c, accelerator="auto", base_image=None, wheelhouse=None, force=False, 
     help={
         "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
         "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
-        "python_version": "the image's Python (default 3.11: the cpu image's Debian bookworm)",
+        "python_version": "the image's Python (default: its base's, bases.yaml)",
     }
 )
 @friendly
-def wheelhouse(c, accelerator="auto", dest=None, python_version="3.11"):
-    """Download the image's pinned wheels (and their dependencies) for an offline `inv build --wheelhouse`."""
+def wheelhouse(c, accelerator="auto", dest=None, python_version=None):
+    """Download exactly the wheels the image's pip layer installs (its lock), for the base's Python and
+    glibc, for an offline `inv build --wheelhouse`."""
     from . import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
@@ -240,6 +241,48 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version="3.11"):
     wheels = images.wheelhouse(profile, folder, python_version)
     size = sum(w.stat().st_size for w in wheels) / 2**30
     print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "write": "write the resolved set as the profile's lock (reprokit/accelerators/locks/<accelerator>.txt)",
+        "check": "resolve with the lock as constraints and fail when it no longer holds",
+    }
+)
+@friendly
+def pins(c, accelerator="auto", write=False, check=False):
+    """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
+    pip layer installs, and whether it would replace anything the base provides."""
+    from .images import pins as resolving
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    base = profile.base_manifest
+    session.console.print(
+        f"Resolving the {profile.name} pins against {base.reference} (Python {base.python}, glibc {base.glibc})"
+    )
+    with session.console.status("pip resolving against the base's model"):
+        found = resolving.resolve(
+            profile, lock=profile.lock_file if check and profile.lock_file.exists() else None
+        )
+    problems = found.problems(base)
+    if problems:
+        raise ReprokitError(f"{profile.name} pins do not resolve on {base.reference}: {'; '.join(problems)}")
+    for name, (old, new) in found.replaced.items():
+        print(f"replaces the base's {name} {old} with {new}: {base.may_replace.get(name, '?')}")
+    locked = resolving.read_lock(profile.lock_file)
+    if check and locked != found.install:
+        changed = sorted(set(locked.items()) ^ set(found.install.items()))
+        raise ReprokitError(
+            f"{profile.lock_file} no longer matches the resolution ({len(changed)} differences, e.g. {changed[0]}); "
+            f"rewrite it with `inv pins --accelerator {profile.name} --write`"
+        )
+    if write:
+        profile.lock_file.write_text(resolving.lock_text(found, base))
+        print(f"{len(found.install)} pins -> {profile.lock_file}")
+        return
+    for name, version in sorted(found.install.items()):
+        print(f"{name}=={version}")
 
 
 @task(
@@ -334,4 +377,4 @@ def report_(c, session_):
     print(written.markdown)
 
 
-ns = Collection(recipes_, show, render, build, wheelhouse, export_, run, reproduce, collect, report_)
+ns = Collection(recipes_, show, render, build, pins, wheelhouse, export_, run, reproduce, collect, report_)

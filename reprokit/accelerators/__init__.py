@@ -1,4 +1,5 @@
-"""Accelerator profiles (accelerators.yaml, beside this file): base image, packages, run flags, launcher."""
+"""Accelerator profiles (accelerators.yaml, beside this file): base image, packages, run flags, launcher;
+and the base images' manifests (bases.yaml): what each ships that the kit's pins touch."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from ..errors import ReprokitError
 from ..recipes import _format_errors
 
 PROFILES_FILE = Path(str(files(__name__))) / "accelerators.yaml"
+BASES_FILE = Path(str(files(__name__))) / "bases.yaml"
+LOCKS_DIR = Path(str(files(__name__))) / "locks"
 # Detection order: the most specific hardware first; cpu always matches.
 DETECTION_ORDER = ("gaudi2", "cuda", "cpu")
 
@@ -28,16 +31,63 @@ class Slurm(BaseModel):
     distributed_backend: Literal["nccl", "hccl", "gloo"]
 
 
+class Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    url: str
+    title: str
+    what: str
+
+
+class StandIn(BaseModel):
+    """CI's stand-in for a vendor base: what it preinstalls in its place and what it cannot mimic."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    python: str
+    packages: list[str]
+    system_packages: list[str] = Field(default_factory=list)
+    differences: list[str]
+
+
+class Base(BaseModel):
+    """A base image: where it comes from, and what it ships that the kit's pins touch."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    image: str = Field(pattern=r"^[^\s:@]+$")
+    tag: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    digest_note: str | None = None
+    os: str
+    glibc: str = Field(pattern=r"^2\.\d+$")
+    python: str = Field(pattern=r"^3\.\d+$")
+    interpreter: str
+    ships: dict[str, str] = Field(default_factory=dict)
+    unverified: list[str] = Field(default_factory=list)
+    protect: list[str] = Field(default_factory=list)
+    may_replace: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    has_compiler: bool | None = None
+    has_numactl: bool | None = None
+    standin: StandIn | None = None
+    sources: list[Source]
+
+    @property
+    def reference(self) -> str:
+        """image:tag@digest where a digest is pinned, image:tag otherwise."""
+        return f"{self.image}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     description: str
-    base_image: str = Field(pattern=r"^[^\s:]+(:[^\s]+)?$")
-    digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
-    python: str
+    base: str = Field(description="the base image, by its name in bases.yaml")
     system_packages: list[str] = Field(default_factory=list)
     requirements: list[str]
+    # How this profile's pins differ from the `train` extra (pyproject.toml), package -> why.
+    differences: dict[str, str] = Field(default_factory=dict)
     docker_run: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     launcher: Literal["torchrun", "mpirun"]
@@ -47,8 +97,26 @@ class Profile(BaseModel):
     slurm: Slurm
 
     @property
+    def base_manifest(self) -> Base:
+        return bases()[self.base]
+
+    @property
+    def base_image(self) -> str:
+        """The base as a user names it (image:tag)."""
+        return f"{self.base_manifest.image}:{self.base_manifest.tag}"
+
+    @property
     def pinned_base(self) -> str:
-        return f"{self.base_image}@{self.digest}" if self.digest else self.base_image
+        return self.base_manifest.reference
+
+    @property
+    def python(self) -> str:
+        return self.base_manifest.interpreter
+
+    @property
+    def lock_file(self) -> Path:
+        """Every package the image's pip layer installs, pinned (`inv pins --write` makes it)."""
+        return LOCKS_DIR / f"{self.name}.txt"
 
     def device_key(self, device_name: str | None) -> str | None:
         """Map a device name reported by the trainer (e.g. 'NVIDIA H100 80GB HBM3') to a reference key."""
@@ -82,19 +150,35 @@ class Profile(BaseModel):
         return flags
 
 
-@cache
-def profiles() -> dict[str, Profile]:
+def _load(path: Path, model: type[BaseModel], what: str) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(PROFILES_FILE.read_text())
+        raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ReprokitError(f"{PROFILES_FILE}: cannot read accelerator profiles: {exc}") from None
+        raise ReprokitError(f"{path}: cannot read {what}: {exc}") from None
     result = {}
     for name, body in (raw or {}).items():
         try:
-            result[name] = Profile.model_validate({"name": name, **(body or {})})
+            result[name] = model.model_validate({"name": name, **(body or {})})
         except ValidationError as exc:
-            raise ReprokitError(_format_errors(f"{PROFILES_FILE} ({name})", exc)) from None
+            raise ReprokitError(_format_errors(f"{path} ({name})", exc)) from None
     return result
+
+
+@cache
+def bases() -> dict[str, Base]:
+    return _load(BASES_FILE, Base, "base image manifests")
+
+
+@cache
+def profiles() -> dict[str, Profile]:
+    found = _load(PROFILES_FILE, Profile, "accelerator profiles")
+    for profile in found.values():
+        if profile.base not in bases():
+            raise ReprokitError(
+                f"{PROFILES_FILE} ({profile.name}): base {profile.base!r} is not in {BASES_FILE.name}; "
+                f"known bases: {', '.join(bases())}"
+            )
+    return found
 
 
 def get(name: str) -> Profile:

@@ -38,6 +38,8 @@ DOCKER_RUN_KEYS = ("gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "u
 class DockerOptions:
     # An image tag to run in, instead of the one `inv build` makes for this kit.
     image: str | None = None
+    # uid[:gid] the container runs as (default: the kit's user; root when the kit runs as root).
+    user: str | None = None
 
 
 def hf_home() -> Path:
@@ -117,6 +119,20 @@ def _ulimit(ulimit_type, name: str, limit: Any):
     return ulimit_type(name=name, soft=int(soft), hard=int(hard or soft))
 
 
+def non_root_environment(user: str) -> dict[str, str]:
+    """What Python and torch need where the uid has no passwd entry in the image: a name for
+    getpass.getuser() (inductor's cache dir asks for it, and raises KeyError on torch < 2.13 without
+    one) and writable homes for the caches (torch, triton, matplotlib, the hub)."""
+    uid = user.split(":")[0]
+    return {
+        "HOME": "/tmp",
+        "USER": f"reprokit-{uid}",
+        "LOGNAME": f"reprokit-{uid}",
+        "TORCHINDUCTOR_CACHE_DIR": f"/tmp/torchinductor_{uid}",
+        "TRITON_CACHE_DIR": f"/tmp/triton_{uid}",
+    }
+
+
 def container_spec(
     cell: Cell,
     run_dir: Path,
@@ -124,6 +140,7 @@ def container_spec(
     image: str,
     image_labels: dict[str, str] | None = None,
     image_id: str | None = None,
+    run_as: str | None = None,
 ) -> ContainerSpec:
     """The container of one cell: its image, mounts, user and environment."""
     unknown = sorted(set(profile.docker_run) - set(DOCKER_RUN_KEYS))
@@ -152,11 +169,11 @@ def container_spec(
         volumes[str(hub_home.resolve())] = {"bind": CONTAINER_HF_HOME, "mode": "ro"}
         environment["HF_HUB_CACHE"] = f"{CONTAINER_HF_HOME}/hub"
         environment["HF_HOME"] = "/tmp/hf-home"
-    user = profile.docker_run.get("user")
+    user = run_as or profile.docker_run.get("user")
     if user is None and os.getuid() != 0:
         user = f"{os.getuid()}:{os.getgid()}"
-        # An arbitrary uid has no home in the image; caches (torch, matplotlib) need a writable one.
-        environment["HOME"] = "/tmp"
+    if user is not None and str(user).split(":")[0] not in ("0", "root"):
+        environment.update(non_root_environment(str(user)))
     return ContainerSpec(
         image=image,
         name=f"reprokit-{cell.cell_id}-{secrets.token_hex(3)}",
@@ -280,11 +297,15 @@ class Docker(Container):
 
     def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
         image = self._image(profile)
-        spec = container_spec(cell, run_dir, profile, image["tag"], image["labels"], image["id"])
+        spec = container_spec(
+            cell, run_dir, profile, image["tag"], image["labels"], image["id"], run_as=self.options.user
+        )
         return DockerHandle(self._client(), spec, run_dir)
 
     def local_dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
-        spec = container_spec(cell, run_dir, profile, self.options.image or images.image_tag(profile))
+        spec = container_spec(
+            cell, run_dir, profile, self.options.image or images.image_tag(profile), run_as=self.options.user
+        )
         spec.environment.pop("REPROKIT_IMAGE_ID")
         spec.environment.pop("REPROKIT_IMAGE_LABELS")  # known only once the image is inspected
         return "# in the image, with the session's runs/ mounted:\n" + spec.command_line() + "\n"

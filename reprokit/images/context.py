@@ -9,10 +9,12 @@ memory, so an unchanged kit finds its image again and planning a run copies noth
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from .. import __version__, trainers
 from ..accelerators import Profile
+from ..errors import ReprokitError
 from ..recipes import TRAINERS_PACKAGE
 from ..templating import render
 
@@ -20,7 +22,14 @@ SKIPPED = ("__pycache__", ".pyc", ".pyo")
 
 
 def dockerfile(profile: Profile) -> str:
-    return render(__package__, "dockerfiles", "Dockerfile.j2", profile=profile)
+    protect = [re.sub(r"[-_.]+", "[-_.]", name) for name in profile.base_manifest.protect]
+    return render(
+        __package__,
+        "dockerfiles",
+        "Dockerfile.j2",
+        profile=profile,
+        protect_pattern="|".join(protect) or "(none)",
+    )
 
 
 def requirements(profile: Profile) -> str:
@@ -40,9 +49,14 @@ def trainer_files() -> dict[str, bytes]:
 
 def context_files(profile: Profile) -> dict[str, bytes]:
     """What `docker build` is given, by path in the context."""
+    if not profile.lock_file.exists():
+        raise ReprokitError(
+            f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
+        )
     return {
         "Dockerfile": dockerfile(profile).encode(),
         "requirements.txt": requirements(profile).encode(),
+        "lock.txt": profile.lock_file.read_bytes(),
         **trainer_files(),
     }
 

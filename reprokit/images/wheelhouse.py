@@ -1,4 +1,6 @@
-"""A wheelhouse: the wheels an image's pip layer installs, downloaded ahead for offline builds."""
+"""A wheelhouse: exactly the wheels an image's pip layer installs (its profile's lock), for the base's
+Python and glibc, downloaded ahead so that `inv build --wheelhouse DIR` fetches nothing. What the
+base itself provides (the framework) is not in the lock, so it is never downloaded."""
 
 from __future__ import annotations
 
@@ -8,35 +10,27 @@ from pathlib import Path
 
 from ..accelerators import Profile
 from ..errors import ReprokitError
-from .context import requirements
-
-# manylinux tags a glibc 2.36 system (Debian bookworm, the cpu image) accepts: pip does not
-# expand `--platform manylinux_2_28_x86_64` to the older tags on its own.
-MANYLINUX_TAGS = (
-    "manylinux1_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux2014_x86_64",
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(5, 37)),
-)
+from .pins import platform_flags
 
 
-def wheelhouse_command(profile: Profile, dest: Path, python_version: str = "3.11") -> list[str]:
-    """`pip download` of the profile's pins and their dependencies, as wheels for the image's Python."""
+def wheelhouse_command(profile: Profile, dest: Path, python_version: str | None = None) -> list[str]:
+    """`pip download` of the profile's lock, each wheel for the image's Python and platform."""
+    base = profile.base_manifest
+    if not profile.lock_file.exists():
+        raise ReprokitError(
+            f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
+        )
+    version = python_version or base.python
     dest.mkdir(parents=True, exist_ok=True)
-    pins = dest / f"requirements-{profile.name}.txt"
-    pins.write_text(requirements(profile))
-    abi = "cp" + python_version.replace(".", "")
     argv = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest),
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", python_version,
-        "--abi", abi,
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(dest),
+        "--no-deps", "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
+        "--abi", "cp" + version.replace(".", ""), *platform_flags(base.glibc),
     ]  # fmt: skip
-    for tag in MANYLINUX_TAGS:
-        argv += ["--platform", tag]
-    return [*argv, "--requirement", str(pins)]
+    return [*argv, "--requirement", str(profile.lock_file)]
 
 
-def wheelhouse(profile: Profile, dest: Path, python_version: str = "3.11") -> list[Path]:
+def wheelhouse(profile: Profile, dest: Path, python_version: str | None = None) -> list[Path]:
     """Fill dest with the wheels the profile's image installs; returns the wheels now there."""
     argv = wheelhouse_command(profile, dest, python_version)
     result = subprocess.run(argv, capture_output=True, text=True)
