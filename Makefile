@@ -15,9 +15,9 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 # The stamp changes only when the pins do, so a second `make` installs nothing.
-$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+$(VENV)/.installed: pyproject.toml reprokit/accelerators/locks/cpu.txt | $(BIN)/activate
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[train,dev]"
+	$(BIN)/pip install --quiet -e ".[train,mlflow,dev]" -c reprokit/accelerators/locks/cpu.txt
 	touch $@
 
 reproduce: $(VENV)/.installed  ## rerun every recipe at the scale that fits this machine

@@ -53,6 +53,11 @@ class Cell:
     assumptions: list[str] = field(default_factory=list)
     # The user's real data (--data KEY=PATH), as given.
     data: dict[str, str] = field(default_factory=dict)
+    # Repetitions (--repeat N): this is run `repeat` of `repeats`; they share the series id, the cell id
+    # without the repetition's suffix, under which results give their median and spread.
+    repeat: int = 1
+    repeats: int = 1
+    series_id: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property

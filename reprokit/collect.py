@@ -40,6 +40,10 @@ COLUMNS = [
     "definition",
     "measured",
     "measured_per_device",
+    "repeats",
+    "measured_min",
+    "measured_max",
+    "spread",
     "measured_after_warmup",
     "measured_whole_run",
     "measured_gaudi_trainer",
@@ -75,6 +79,7 @@ COLUMNS = [
     "started_at",
     "finished_at",
     "cell_id",
+    "session",
 ]
 
 
@@ -108,6 +113,25 @@ def _device_key(record: records.RunRecord) -> str | None:
     except ReprokitError:  # an unknown profile in an old session must not stop the table
         return None
     return profile.device_key(record.sysinfo.device_name)
+
+
+def provenance(record: records.RunRecord) -> dict[str, Any]:
+    """What differs between two runs of one cell when their numbers do: where, on what, with what."""
+    info = record.sysinfo
+    extra = info.model_extra or {}
+    hardware = extra.get("hardware") or {}
+    return {
+        "hostname": extra.get("hostname"),
+        "device_name": info.device_name,
+        "driver": extra.get("driver"),
+        "cuda": extra.get("cuda"),
+        "torch": info.versions.get("torch"),
+        "transformers": info.versions.get("transformers"),
+        "image_id": info.image_id,
+        "kit_revision": record.cell.kit_revision,
+        "recipe_hash": record.cell.recipe_hash,
+        **{f"hw_{k}": v for k, v in hardware.items() if not isinstance(v, dict | list)},
+    }
 
 
 def row(run_dir: Path) -> dict[str, Any]:
@@ -174,7 +198,9 @@ def row(run_dir: Path) -> dict[str, Any]:
         "started_at": record.started_at,
         "finished_at": summary.finished_at if summary else None,
         "cell_id": cell.cell_id or run_dir.name,
+        "series_id": (cell.model_extra or {}).get("series_id") or cell.cell_id or run_dir.name,
         # Not CSV columns (see COLUMNS); kept in results.jsonl and used by the report.
+        "provenance": provenance(record),
         "baseline": cell.baseline,
         "title": cell.title,
         "references": cell.references,
@@ -222,9 +248,61 @@ def _planned_rows(session_dir: Path, found: list[dict[str, Any]]) -> list[dict[s
 
 
 def rows(session_dir: Path) -> list[dict[str, Any]]:
-    result = _planned_rows(session_dir, [row(d) for d in run_dirs(session_dir)])
+    result = aggregate(_planned_rows(session_dir, [row(d) for d in run_dirs(session_dir)]))
+    for r in result:
+        r["session"] = session_dir.name
     comparison.speedups(result)
     comparison.scaling_efficiency(result)
+    return result
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def aggregate(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per series: the repetitions of a cell (--repeat N) become their median, min, max and
+    spread, and the verdict is the median's."""
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in table:
+        series.setdefault(r.get("series_id") or r["cell_id"], []).append(r)
+    result = []
+    for series_id, runs in series.items():
+        if len(runs) == 1:
+            result.append({**runs[0], "repeats": 1 if runs[0].get("status") == "ok" else 0})
+            continue
+        done = [r for r in runs if r.get("status") == "ok" and r.get("measured") is not None]
+        first = done[0] if done else runs[0]
+        agg = {**first, "cell_id": series_id, "run_dir": None, "repetitions": [
+            {k: r.get(k) for k in ("cell_id", "status", "measured", "measured_per_device", "error")} for r in runs
+        ]}  # fmt: skip
+        agg["repeats"] = len(done)
+        agg["status"] = "ok" if len(done) == len(runs) else ("partial" if done else first.get("status"))
+        if done:
+            values = [r["measured"] for r in done]
+            median = _median(values)
+            world = first.get("world_size") or 1
+            agg.update(
+                measured=median,
+                measured_per_device=median / world,
+                measured_min=min(values),
+                measured_max=max(values),
+                spread=(max(values) - min(values)) / median if median else None,
+            )
+            for name in first.get("measurements") or {}:
+                found = [r["measurements"][name] for r in done if r["measurements"].get(name) is not None]
+                agg[f"measured_{name}"] = _median(found) if found else None
+                agg["measurements"] = {**agg["measurements"], name: agg[f"measured_{name}"]}
+            reasons = list(
+                dict.fromkeys(x for r in done for x in (r.get("verdict_reasons") or "").split("; ") if x)
+            )
+            ratio, outcome, why = comparison.judge_value(
+                agg["measured_per_device"], first.get("reference_per_device"), first["tolerance"], reasons
+            )
+            agg.update(ratio_per_device=ratio, verdict=outcome, verdict_reasons="; ".join(why) or None)
+        result.append(agg)
     return result
 
 

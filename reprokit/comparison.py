@@ -144,8 +144,7 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         measured = measurements.get(STEADY)
     ref_per_device = per_device(reference)
     mine = measured / world if measured is not None else None
-    ratio = mine / ref_per_device if mine is not None and ref_per_device else None
-    outcome = verdict(ratio, float(record.cell.tolerance or 0.10), reasons) if ok else NO_RESULT
+    ratio, outcome, why = judge_value(mine, ref_per_device, float(record.cell.tolerance or 0.10), reasons)
     return Judgement(
         definition=definition,
         measured=measured,
@@ -153,12 +152,30 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         reference=reference,
         reference_per_device=ref_per_device,
         normalization=normalization(world, reference),
-        # A number judged not comparable keeps its ratio out of sight: it would read as a verdict.
-        ratio=ratio if outcome != NOT_COMPARABLE else None,
-        verdict=outcome,
-        reasons=reasons if outcome in (NOT_COMPARABLE,) else [],
+        ratio=ratio,
+        verdict=outcome if ok else NO_RESULT,
+        reasons=why if ok else [],
         measurements=measurements,
     )
+
+
+def judge_value(
+    measured_per_device: float | None,
+    reference_per_device: float | None,
+    tolerance: float,
+    reasons: list[str],
+) -> tuple[float | None, str, list[str]]:
+    """(ratio, verdict, reasons) of one per-device figure against its published one. A number judged
+    not comparable keeps its ratio out of sight: it would read as a verdict."""
+    ratio = (
+        measured_per_device / reference_per_device
+        if measured_per_device is not None and reference_per_device
+        else None
+    )
+    outcome = verdict(ratio, tolerance, reasons)
+    if outcome == NOT_COMPARABLE:
+        return None, outcome, reasons
+    return ratio, outcome, []
 
 
 def verdict_text(row: dict[str, Any], key: str = "verdict", reasons_key: str = "verdict_reasons") -> str:

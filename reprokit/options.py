@@ -70,6 +70,7 @@ class RunOptions:
         "image to run in: a tag (docker), a squashfs/.sif or image reference (pyxis, apptainer)",
         setting=True,
     )
+    repeat: int = _opt(1, "run each cell this many times: results give the median, min, max and spread")
     timeout: str = _opt(
         None, "seconds allowed per cell before it is stopped and recorded as timed out", setting=True
     )
@@ -91,7 +92,7 @@ OPTIONS = {item.name: item for item in fields(RunOptions)}
 # The options that choose and direct the runtime and its container platform, passed on by name.
 PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image", "user")
 RUN_FIELDS = tuple(OPTIONS)
-RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run"))
+RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat"))
 
 
 class OptionalPositional(Argument):

@@ -118,7 +118,7 @@ def _float(text: str | None) -> float | None:
 # Drawing
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,16 +127,16 @@ def _pyplot():
     return plt
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _save(fig: Any, session_dir: Path, name: str) -> Path:
+def save(fig: Any, session_dir: Path, name: str) -> Path:
     path = session_dir / name
     fig.tight_layout()
     # bbox "tight" keeps legends placed outside the axes inside the image.
     fig.savefig(path, dpi=DPI, format="png", bbox_inches="tight")
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -145,7 +145,7 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     measured = [r for r in rows if r.get("measured_per_device") is not None]
     if not measured:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     variants = [r["variant"] for r in rows]
     comparable = all(r.get("scale") == "published" for r in rows)
     published: dict[str, dict[str, float]] = {}  # device -> variant -> per-device figure
@@ -177,7 +177,7 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     ax.set_title(f"{recipe}: throughput per device{scale_note}", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    name = f"throughput-{_slug(recipe)}.png"
+    name = f"throughput-{slug(recipe)}.png"
     caption = (
         "Measured under each published figure's own definition (after the warm-up steps where there is "
         "none), divided by the number of devices; published figures are whole-node numbers divided by "
@@ -188,7 +188,7 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     )
     if comparable and unjudged:
         caption += f" Not comparable here: {'; '.join(unjudged)}."
-    return Plot(recipe, name, f"{recipe}: throughput per device", caption, _save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
 
 
 def _device_label(rows: list[dict[str, Any]]) -> str:
@@ -209,7 +209,7 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
     curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
     if not curves:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for variant, c in curves.items():
         for ax, key in ((left, "samples_per_second"), (right, "loss")):
@@ -224,9 +224,9 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
-    name = f"curves-{_slug(recipe)}.png"
+    name = f"curves-{slug(recipe)}.png"
     caption = "From each run's throughput.csv (the TensorBoard event files where a run has none)."
-    return Plot(recipe, name, f"{recipe}: training curves", caption, _save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: training curves", caption, save(fig, session_dir, name))
 
 
 def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
@@ -238,7 +238,7 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
     ]
     if len(rungs) < 2:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     labels = [r["variant"] for r in rungs]
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(rungs) + 1.6))
     ys = range(len(rungs))
@@ -260,12 +260,12 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
     ax.set_title(f"{recipe}: speedup ladder", fontsize=10)
     ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / len(rungs)))
     ax.grid(axis="x", alpha=0.3)
-    name = f"ladder-{_slug(recipe)}.png"
+    name = f"ladder-{slug(recipe)}.png"
     devices = sorted({r["speedup_reference_device"] for r in rungs if r.get("speedup_reference_device")})
     caption = "Ratios measured in one session hold across machines where absolute numbers do not." + (
         f" Published ratios derived from the {', '.join(devices)} figures." if devices else ""
     )
-    return Plot(recipe, name, f"{recipe}: speedup ladder", caption, _save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: speedup ladder", caption, save(fig, session_dir, name))
 
 
 def draw(session_dir: Path, table: list[dict[str, Any]]) -> list[Plot]:

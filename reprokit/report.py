@@ -6,9 +6,6 @@ The Markdown and the HTML are rendered from the same list of blocks, so they can
 
 from __future__ import annotations
 
-import base64
-import html
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import collect, comparison
+from . import collect, comparison, pages
+from .pages import Block
 from .plots import Plot
 from .throughput import DEFINITIONS
 
@@ -59,7 +57,10 @@ def _seconds(value: Any) -> str:
 def _measured(r: dict[str, Any]) -> str:
     if r.get("measured") is None:
         return "-"
-    return f"{_fmt(r['measured'])} {r.get('unit') or ''}".strip()
+    text = f"{_fmt(r['measured'])} {r.get('unit') or ''}".strip()
+    if (r.get("repeats") or 0) > 1:
+        text += f" (median of {r['repeats']}, {_fmt(r.get('measured_min'))} to {_fmt(r.get('measured_max'))})"
+    return text
 
 
 def _published(r: dict[str, Any]) -> str:
@@ -80,15 +81,6 @@ def _speedup(r: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Content, as blocks both renderers understand
-
-
-@dataclass
-class Block:
-    kind: str  # h1, h2, h3, p, note, table, plot, pre
-    text: str = ""
-    headers: list[str] | None = None
-    rows: list[list[str]] | None = None
-    plot: Plot | None = None
 
 
 DETAIL_HEADERS = [
@@ -231,6 +223,15 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
             "table", headers=["definition", "what it counts"], rows=[[k, v] for k, v in DEFINITIONS.items()]
         ),
     ]
+    repeated = sorted({r["repeats"] for r in table if (r.get("repeats") or 0) > 1})
+    if repeated:
+        out.append(
+            Block(
+                "note",
+                f"Each cell ran {', '.join(map(str, repeated))} times: its figure is the median of the runs, "
+                "shown with their range; the verdicts use the median.",
+            )
+        )
     if "smoke" in scales:
         out.append(
             Block(
@@ -284,104 +285,12 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
 # Renderers
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot] | None = None) -> str:
-    lines: list[str] = []
-    for block in blocks(session_dir, table, plots or []):
-        if block.kind in ("h1", "h2", "h3"):
-            lines += ["#" * int(block.kind[1]) + " " + block.text, ""]
-        elif block.kind == "p":
-            lines += [block.text, ""]
-        elif block.kind == "note":
-            lines += [f"> {block.text}", ""]
-        elif block.kind == "pre":
-            lines += ["```", block.text, "```", ""]
-        elif block.kind == "plot" and block.plot is not None:
-            lines += [f"![{block.plot.title}]({block.plot.name})", ""]
-        elif block.kind == "table":
-            headers, rows = block.headers or [], block.rows or []
-            lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
-            lines.append("|" + "---|" * len(headers))
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-            lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-STYLE = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1150px; color: #222; line-height: 1.45; padding: 0 1em; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #f0f3f7; }
-img { max-width: 100%; border: 1px solid #ddd; }
-pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
-.note { border-left: 4px solid #e0a800; background: #fff8e1; padding: 0.5em 1em; }
-.reproduced { color: #1a7f37; } .faster { color: #0969da; } .slower { color: #9a6700; }
-.failed, .timeout, .interrupted, .no-result { color: #cf222e; } .not-comparable { color: #8250df; }
-"""
-
-
-def _embed(plot: Plot) -> str:
-    # A data URI, so the HTML file is the whole report: it can be mailed or attached as is.
-    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(plot.title)}">'
-
-
-def _css_class(text: str) -> str:
-    word = text.split(" (")[0].replace(" ", "-")
-    return (
-        f' class="{word}"'
-        if word
-        in (
-            "reproduced",
-            "faster",
-            "slower",
-            "failed",
-            "timeout",
-            "interrupted",
-            "no-result",
-            "not-comparable",
-        )
-        else ""
-    )
-
-
-def _inline_code(escaped: str) -> str:
-    """Markdown's `code` spans, the only inline markup the blocks use."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return pages.markdown(blocks(session_dir, table, plots or []))
 
 
 def to_html(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot] | None = None) -> str:
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>reprokit report: {html.escape(session_dir.name)}</title>",
-        f"<style>{STYLE}</style></head><body>",
-    ]
-    for block in blocks(session_dir, table, plots or []):
-        if block.kind in ("h1", "h2", "h3"):
-            parts.append(f"<{block.kind}>{html.escape(block.text)}</{block.kind}>")
-        elif block.kind == "p":
-            parts.append(f"<p>{_inline_code(html.escape(block.text))}</p>")
-        elif block.kind == "note":
-            parts.append(f'<p class="note">{html.escape(block.text)}</p>')
-        elif block.kind == "pre":
-            parts.append(f"<pre>{html.escape(block.text)}</pre>")
-        elif block.kind == "plot" and block.plot is not None:
-            parts.append(f"<figure>{_embed(block.plot)}</figure>")
-        elif block.kind == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers or [])
-            body = "".join(
-                "<tr>" + "".join(f"<td{_css_class(c)}>{html.escape(c)}</td>" for c in row) + "</tr>"
-                for row in block.rows or []
-            )
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return pages.html(f"reprokit report: {session_dir.name}", blocks(session_dir, table, plots or []))
 
 
 @dataclass

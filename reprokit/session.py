@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from . import accelerators, collect, containers, recipes, rundirs, runtimes
+from . import cells as cells_module
 from .cells import Cell, expand
 from .data import resolve as resolve_data
 from .errors import ReprokitError, StartFailed
@@ -92,6 +93,7 @@ def plan(
     container: str = "auto",
     fit_devices: bool = True,
     data: dict[str, str] | None = None,
+    repeats: int = 1,
 ) -> Plan:
     """The cells to run. A list of node counts runs every cell at each (ids end in --<n>n), so the
     report can give each multi-node cell's scaling efficiency over its single-node twin.
@@ -127,9 +129,15 @@ def plan(
         counts = nodes if isinstance(nodes, list) else [nodes]
         for count in counts:
             suffix = f"--{count}n" if len(counts) > 1 else ""
-            cells += expand(
-                recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, suffix, real_data
-            )
+            for repeat in range(1, repeats + 1):
+                # Repetition k of a cell reads repetition k of the cell it needs (same suffix).
+                again = f"{suffix}--r{repeat}" if repeats > 1 else suffix
+                for cell in expand(
+                    recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, again, real_data
+                ):
+                    cell.repeat, cell.repeats = repeat, repeats
+                    cell.series_id = cells_module.cell_id(cell.recipe, cell.variant, suffix)
+                    cells.append(cell)
     return Plan(
         chosen_accelerator, chosen_scale, chosen_runtime, cells, messages, devices, nodes, chosen_container
     )
@@ -182,6 +190,8 @@ class Request:
     settings: dict[str, Any] = field(default_factory=dict)
     # The user's real data: --data KEY=PATH (and the `data` setting).
     data: dict[str, str] = field(default_factory=dict)
+    # Runs of each cell (--repeat N): results give their median and spread.
+    repeat: int = 1
 
 
 def _recipe_ref(name: str) -> str:
@@ -279,6 +289,7 @@ def plan_request(request: Request, fit_devices: bool = True) -> Plan:
         request.container,
         fit_devices,
         request.data,
+        request.repeat,
     )
 
 
@@ -309,6 +320,7 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
         stored.get("nodes"),
         container,
         data=asked.get("data") or {},
+        repeats=int(asked.get("repeat") or 1),
     )
     by_id = {c.cell_id: c for c in the_plan.cells}
     wanted = stored.get("cells") or []

@@ -17,7 +17,7 @@ from invoke import Collection, Exit, task
 from . import accelerators, cells, data, recipes, report, session, settings
 from . import reproduce as reproducing
 from .errors import ReprokitError
-from .options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, RunOptions, options_task
+from .options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, KitTask, RunOptions, options_task
 
 
 def friendly(fn):
@@ -92,6 +92,13 @@ def _timeout(value) -> float | None:
         raise ReprokitError(f"--timeout {value}: give seconds") from None
 
 
+def _repeat(value) -> int:
+    count = _int(value) or 1
+    if count < 1:
+        raise ReprokitError(f"--repeat {value}: give how many times to run each cell (1 or more)")
+    return count
+
+
 def request_of(names: list[str], options: RunOptions, site: settings.Settings) -> session.Request:
     plugin_options = {key: getattr(options, key) for key in PLUGIN_OPTIONS if key in options.given()}
     return session.Request(
@@ -107,6 +114,7 @@ def request_of(names: list[str], options: RunOptions, site: settings.Settings) -
         runtime_options=plugin_options,
         settings=site.record(),
         data={**site.get("data", {}), **data.parse(options.data)},
+        repeat=_repeat(options.repeat),
     )
 
 
@@ -377,4 +385,96 @@ def report_(c, session_):
     print(written.markdown)
 
 
-ns = Collection(recipes_, show, render, build, pins, wheelhouse, export_, run, reproduce, collect, report_)
+def _results(results: str | None) -> Path:
+    """The results folder: --results, else the `results` setting, else results/."""
+    folder = Path(results or settings.load().get("results") or session.RESULTS_DIR)
+    if not folder.is_dir():
+        raise ReprokitError(f"no results folder {folder} (--results DIR, or the `results` setting)")
+    return folder
+
+
+RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
+
+
+@task(
+    name="history",
+    positional=[],
+    help={
+        "recipe": "only this recipe",
+        "cell": "only cells whose id contains this",
+        "device": "only runs on devices whose name contains this (H100, a100-80gb, ...)",
+        "results": RESULTS_HELP,
+    },
+)
+@friendly
+def history_(c, recipe=None, cell=None, device=None, results=None):
+    """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
+    results folder."""
+    from . import history
+
+    folder = _results(results)
+    table = history.rows(folder, recipe, cell, device)
+    if not table:
+        raise ReprokitError(
+            f"no completed cell under {folder} matches (sessions: {len(list(folder.glob('*/results.jsonl')))})"
+        )
+    history.print_table(table)
+    print(history.write(folder, table))
+
+
+@task(
+    name="compare",
+    klass=KitTask,
+    positional=["a", "b"],
+    optional_positional=("a", "b"),
+    help={
+        "a": "the first session: a folder, a name under the results folder, latest or previous (default: previous)",
+        "b": "the second session, in the same forms (default: latest)",
+        "threshold": "a change within this percentage is `same` (default 5)",
+        "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (CI of an image build)",
+        "results": RESULTS_HELP,
+    },
+)
+@friendly
+def compare_(c, a=None, b=None, threshold=5.0, fail_on_regression=None, results=None):
+    """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
+    and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
+    from . import compare
+
+    folder = _results(results)
+    first, second, found = compare.compare(folder, a or "previous", b or "latest", float(threshold) / 100)
+    compare.print_table(first, second, found)
+    if fail_on_regression is not None:
+        limit = float(fail_on_regression) / 100
+        worse = [
+            x for x in found if x.verdict == compare.REGRESSED and x.ratio is not None and 1 - x.ratio > limit
+        ]
+        if worse:
+            names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
+            raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
+
+
+@task(
+    name="export-results",
+    help={
+        "session": "a session folder (results/<session>)",
+        "to": "where to: mlflow",
+        "tracking_uri": "an MLflow tracking URI (default: sqlite in the results folder, results/mlflow.db)",
+    },
+)
+@friendly
+def export_results(c, session_, to="mlflow", tracking_uri=None):
+    """Log a session into MLflow: a run per cell with its parameters, per-step samples/s and loss, its
+    numbers and provenance, under one run per session carrying the report."""
+    if to != "mlflow":
+        raise ReprokitError(f"--to {to}: the kit exports to mlflow")
+    from . import mlflow_export
+
+    uri, made = mlflow_export.export(_session_folder(session_), tracking_uri)
+    print(f"{len(made)} runs logged to {uri}" + ("" if made else " (the session was there already)"))
+
+
+ns = Collection(
+    recipes_, show, render, build, pins, wheelhouse, export_, run, reproduce, collect, report_,
+    history_, compare_, export_results,
+)  # fmt: skip
