@@ -94,14 +94,20 @@ def skip(run_dir: Path, reason: str) -> dict[str, Any]:
     return skipped
 
 
-def last_throughput(run_dir: Path) -> str | None:
-    """The newest throughput.csv row, for progress lines while a cell runs."""
+def latest_step(run_dir: Path) -> dict[str, str] | None:
+    """The newest throughput.csv row (the trainer appends one per logging step)."""
     path = run_dir / "throughput.csv"
     if not path.exists():
         return None
     lines = path.read_text().strip().splitlines()
     if len(lines) < 2:
         return None
-    header, last = lines[0].split(","), lines[-1].split(",")
-    row = dict(zip(header, last, strict=False))
+    return dict(zip(lines[0].split(","), lines[-1].split(","), strict=False))
+
+
+def last_throughput(run_dir: Path) -> str | None:
+    """The newest throughput.csv row as a progress line."""
+    row = latest_step(run_dir)
+    if row is None:
+        return None
     return f"step {row.get('step')}  {row.get('samples_per_second')}/s  loss {row.get('loss') or '-'}"

@@ -27,6 +27,7 @@ from .data import resolve as resolve_data
 from .errors import ReprokitError, StartFailed
 from .gitinfo import kit_revision
 from .handles import Ended
+from .progress import MatrixProgress
 from .runtimes.base import Runtime, write_run_dir_inputs
 
 RESULTS_DIR = Path("results")
@@ -489,13 +490,13 @@ def run_cells(
     runs = session_dir.resolve() / "runs"
     outcomes: dict[str, dict] = {}
     checked = False
-    with _terminate_like_ctrl_c():
+    with _terminate_like_ctrl_c(), MatrixProgress(console, len(the_plan.cells)) as bars:
         for index, cell in enumerate(the_plan.cells, 1):
             run_dir = runs / cell.cell_id
             label = f"[{index}/{len(the_plan.cells)}] {cell.cell_id}"
             if resume and rundirs.is_complete(run_dir):
                 outcomes[cell.cell_id] = rundirs.summary(run_dir) or {}
-                console.print(f"{label}: complete, not rerun")
+                bars.finish_cell(f"{label}: complete, not rerun")
                 continue
             if run_dir.exists():
                 _clear_outputs(run_dir)
@@ -509,20 +510,22 @@ def run_cells(
                 if not checked:  # once, before the first cell: no engine, no cluster, no image
                     runtime.check(profile)
                     checked = True
-                with console.status(f"{label}: starting") as status:
-                    outcome = run_cell(
-                        runtime,
-                        cell,
-                        run_dir,
-                        profile,
-                        timeout=timeout,
-                        progress=lambda text, label=label, status=status: status.update(f"{label}: {text}"),
-                    )
+                steps = cell.args.get("max_steps")
+                bars.start_cell(label, steps if isinstance(steps, int) and steps > 0 else None)
+                outcome = run_cell(
+                    runtime,
+                    cell,
+                    run_dir,
+                    profile,
+                    timeout=timeout,
+                    progress=lambda text, run_dir=run_dir: bars.update(run_dir, text),
+                )
             outcomes[cell.cell_id] = outcome
             if report_line is not None:
                 report_line(cell, outcome)
+                bars.finish_cell("")
             else:
-                console.print(describe(label, cell, outcome))
+                bars.finish_cell(describe(label, cell, outcome))
     return list(outcomes.values())
 
 
