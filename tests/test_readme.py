@@ -1,0 +1,65 @@
+"""The README is executable truth: every `inv`, `reprokit` and `make` command it shows still parses and
+runs (with --dry-run where it would start work, --help where it needs a session or hours)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+# Tasks that take --dry-run, run as they are (fast), or are only parsed (--help).
+DRY = {"run", "reproduce", "build", "export"}
+REAL = {"recipes", "show", "render"}
+FENCE = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
+
+
+def commands() -> list[str]:
+    found = []
+    for block in FENCE.findall((ROOT / "README.md").read_text()):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for full in joined.splitlines():
+            for line in re.sub(r"\s+#\s.*$", "", full).split("&&"):
+                line = line.strip()
+                if line.startswith(("inv ", "reprokit ", "make ", "python -m reprokit")):
+                    found.append(line)
+    return found
+
+
+def _argv(line: str) -> list[str] | None:
+    words = shlex.split(line)
+    if words[0] == "make":
+        return ["make", "-n", "-C", str(ROOT), *words[1:]]
+    if words[0] in ("inv", "reprokit"):
+        words = words[1:]
+    else:  # python -m reprokit ...
+        words = words[3:]
+    task = next((w for w in words if not w.startswith("-")), None)
+    if "--help" in words or "--list" in words or "--version" in words or task is None:
+        extra = []
+    elif task in DRY:
+        extra = [] if "--dry-run" in words else ["--dry-run"]
+    elif task in REAL and "<" not in line:
+        extra = []
+    else:
+        extra = ["--help"]
+    return [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *words, *extra]
+
+
+def test_the_readme_shows_commands():
+    assert len(commands()) >= 15
+
+
+@pytest.mark.parametrize("line", commands())
+def test_every_readme_command_still_runs(line, tmp_path):
+    argv = _argv(line)
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin:" + str(ROOT / ".venv" / "bin")}
+    import os
+
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    last = (result.stderr.strip().splitlines() or [""])[-1]
+    assert result.returncode == 0, f"{line}\n  ran: {shlex.join(argv)}\n  {last}"
