@@ -214,20 +214,23 @@ def show(c, recipe, options: RunOptions, json_=False):
         "wheelhouse": "install the pins from this folder (`inv wheelhouse`), served on 127.0.0.1: no internet",
         "force": "rebuild even when the image is up to date",
         "dry_run": "print the `docker build` command and build nothing",
+        "without_vendor": "build without the profile's vendor files (gaudi2: optimum-habana's mediapipe "
+        "modules); the image then refuses the variants that need them",
     }
 )
 @friendly
-def build(c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False):
+def build(
+    c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False, without_vendor=False
+):
     """Build the accelerator's pinned image (a cache hit when nothing changed)."""
     from . import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     if dry_run:
-        print(images.dry_run(profile, base_image, wheelhouse))
+        print(images.dry_run(profile, base_image, wheelhouse, not without_vendor, session.console))
         return
-    result = images.build(
-        profile, base_image, Path(wheelhouse) if wheelhouse else None, force, session.console
-    )
+    folder = Path(wheelhouse) if wheelhouse else None
+    result = images.build(profile, base_image, folder, force, session.console, not without_vendor)
     print(result.tag)
 
 
@@ -249,6 +252,11 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None):
     wheels = images.wheelhouse(profile, folder, python_version)
     size = sum(w.stat().st_size for w in wheels) / 2**30
     print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
+    if profile.vendor is not None:
+        from .images import vendor
+
+        staged = vendor.stage(profile, folder)
+        print(f"{len(staged)} vendor files (sha256 checked) in {folder / 'vendor'}")
 
 
 @task(
@@ -336,7 +344,12 @@ def render(c, recipe, options: RunOptions):
     runtime = session.build_runtime(the_plan, request.runtime_options)
     profile = accelerators.get(the_plan.accelerator)
     out = Path(options.out or "rendered")
-    context = images.write_context(profile, out / "docker" / profile.name)
+    from .images.build import vendor_for
+
+    files, included = vendor_for(profile, None, True, session.console)
+    context = images.write_context(
+        profile, out / "docker" / profile.name, images.context_files(profile, files, included)
+    )
     print(context / "Dockerfile")
     runs = out / f"{the_plan.accelerator}-{the_plan.scale}" / "runs"
     for cell in the_plan.cells:

@@ -34,10 +34,8 @@ def _argv(line: str) -> list[str] | None:
     words = shlex.split(line)
     if words[0] == "make":
         return ["make", "-n", "-C", str(ROOT), *words[1:]]
-    if words[0] in ("inv", "reprokit"):
-        words = words[1:]
-    else:  # python -m reprokit ...
-        words = words[3:]
+    # inv X / reprokit X / python -m reprokit X
+    words = words[1:] if words[0] in ("inv", "reprokit") else words[3:]
     task = next((w for w in words if not w.startswith("-")), None)
     if "--help" in words or "--list" in words or "--version" in words or task is None:
         extra = []

@@ -78,6 +78,23 @@ class Base(BaseModel):
         return f"{self.image}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
 
 
+class VendorFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Vendor(BaseModel):
+    """Files an image needs that no package ships: fetched by URL at a pinned tag and checked by sha256
+    when the image is built (the kit carries no copy), importable from /opt/reprokit/vendor/<folder>."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    folder: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    why: str
+    files: list[VendorFile]
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -88,6 +105,7 @@ class Profile(BaseModel):
     requirements: list[str]
     # How this profile's pins differ from the `train` extra (pyproject.toml), package -> why.
     differences: dict[str, str] = Field(default_factory=dict)
+    vendor: Vendor | None = None
     docker_run: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     launcher: Literal["torchrun", "mpirun"]

@@ -25,7 +25,7 @@ from .. import __version__, recipes
 from ..accelerators import Profile
 from ..errors import ReprokitError
 from ..gitinfo import checkout, kit_revision, kit_source
-from . import engine
+from . import engine, vendor
 from .context import context_files, context_hash, image_tag, write_context
 
 BUILD_DIR = Path("rendered") / "build"
@@ -49,6 +49,8 @@ def labels(
         f"{OCI}.base.name": base_image,
         "io.reprokit.accelerator": profile.name,
         "io.reprokit.context-hash": context_hash(files),
+        # The files no package ships (vendor.sha256), or absent when built --without-vendor.
+        "io.reprokit.vendor": (files.get("vendor.sha256") or b"").decode().strip() or "none",
         # The recipes of this kit, by content hash: a result's recipe_hash can be matched to them.
         "io.reprokit.recipes": json.dumps(
             {name: recipes.recipe_hash(name) for name in recipes.available()}, sort_keys=True
@@ -99,8 +101,10 @@ def plan_build(
     base_image: str | None = None,
     wheelhouse_url: str | None = None,
     base_digest: str | None = None,
+    vendor_files: dict[str, bytes] | None = None,
+    with_vendor: bool = True,
 ) -> BuildPlan:
-    files = context_files(profile)
+    files = context_files(profile, vendor_files, with_vendor)
     base = base_image or profile.pinned_base
     build_args = {"BASE_IMAGE": base}
     network_mode = None
@@ -122,14 +126,40 @@ def plan_build(
     )
 
 
-def dry_run(profile: Profile, base_image: str | None = None, wheelhouse: str | Path | None = None) -> str:
+def vendor_for(
+    profile: Profile, staged: Path | None, with_vendor: bool, console=None
+) -> tuple[dict[str, bytes], bool]:
+    """(the vendor files, whether the image has them). Where they cannot be had and the build only writes
+    a context to read (render, --dry-run), it says so in one line and goes on without them."""
+    if profile.vendor is None or not with_vendor:
+        return {}, with_vendor
+    if console is None:
+        return vendor.files(profile, staged), True
+    try:
+        return vendor.files(profile, staged), True
+    except ReprokitError as exc:
+        console.print(f"warning: the build context is written without its vendor files: {exc}")
+        return {}, False
+
+
+def dry_run(
+    profile: Profile,
+    base_image: str | None = None,
+    wheelhouse: str | Path | None = None,
+    with_vendor: bool = True,
+    console=None,
+) -> str:
     """The commands `inv build` runs, as a user would type them (the wheelhouse served by hand)."""
+    from rich.console import Console
+
     base = base_image or profile.pinned_base
     url = f"http://127.0.0.1:{WHEELHOUSE_PORT}/" if wheelhouse else None
     digest = None
     if engine.engine_status() is None:  # the label a real build adds, when the base is here
         digest = base_digest(engine.client(timeout=30), base)
-    plan = plan_build(profile, base, url, digest)
+    staged = Path(wheelhouse) if wheelhouse else None
+    files, included = vendor_for(profile, staged, with_vendor, console or Console(stderr=True))
+    plan = plan_build(profile, base, url, digest, files, included)
     context = write_context(profile, BUILD_DIR / profile.name, plan.files).resolve()
     lines = [f"# the image {plan.tag}, from the build context {context}"]
     if wheelhouse:
@@ -218,6 +248,7 @@ def build(
     wheelhouse: Path | None = None,
     force: bool = False,
     console=None,
+    with_vendor: bool = True,
 ) -> BuildResult:
     """Build the accelerator's image unless the same tag is already here on the same base."""
     from rich.console import Console
@@ -231,8 +262,9 @@ def build(
             f"wheelhouse {wheelhouse} is not a folder (`inv wheelhouse --dest DIR` fills one)"
         )
     digest = _ensure_base(docker_client, base, offline=wheelhouse is not None, console=console)
+    files, _ = vendor_for(profile, wheelhouse, with_vendor)
     with serve_directory(wheelhouse) if wheelhouse is not None else nullcontext() as url:
-        plan = plan_build(profile, base, url, digest)
+        plan = plan_build(profile, base, url, digest, files, with_vendor)
         existing = image_info(plan.tag, docker_client)
         if not force and _cache_hit(existing, plan):
             console.print(f"{plan.tag} is up to date ({existing['id'][:19]}); `--force` rebuilds it")

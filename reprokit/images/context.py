@@ -17,11 +17,12 @@ from ..accelerators import Profile
 from ..errors import ReprokitError
 from ..recipes import TRAINERS_PACKAGE
 from ..templating import render
+from . import vendor
 
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
 
 
-def dockerfile(profile: Profile) -> str:
+def dockerfile(profile: Profile, with_vendor: bool = True) -> str:
     protect = [re.sub(r"[-_.]+", "[-_.]", name) for name in profile.base_manifest.protect]
     return render(
         __package__,
@@ -29,6 +30,7 @@ def dockerfile(profile: Profile) -> str:
         "Dockerfile.j2",
         profile=profile,
         protect_pattern="|".join(protect) or "(none)",
+        vendor=profile.vendor if with_vendor else None,
     )
 
 
@@ -47,23 +49,31 @@ def trainer_files() -> dict[str, bytes]:
     return found
 
 
-def context_files(profile: Profile) -> dict[str, bytes]:
-    """What `docker build` is given, by path in the context."""
+def context_files(
+    profile: Profile, vendor_files: dict[str, bytes] | None = None, with_vendor: bool = True
+) -> dict[str, bytes]:
+    """What `docker build` is given, by path in the context. The vendor files' bytes come at build time
+    (vendor.files); until then their pinned checksums (vendor.sha256) stand for them."""
     if not profile.lock_file.exists():
         raise ReprokitError(
             f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
         )
-    return {
-        "Dockerfile": dockerfile(profile).encode(),
+    found = {
+        "Dockerfile": dockerfile(profile, with_vendor).encode(),
         "requirements.txt": requirements(profile).encode(),
         "lock.txt": profile.lock_file.read_bytes(),
         **trainer_files(),
     }
+    if profile.vendor is not None:
+        found["vendor.sha256"] = vendor.manifest(profile, with_vendor)
+        found.update(vendor_files or {})
+    return found
 
 
 def context_hash(files: dict[str, bytes]) -> str:
+    """The hash the tag carries: every file but the vendor files, which vendor.sha256 stands for."""
     digest = hashlib.sha256()
-    for name in sorted(files):
+    for name in sorted(n for n in files if not n.startswith("vendor/")):
         digest.update(name.encode())
         digest.update(files[name])
     return digest.hexdigest()[:12]
