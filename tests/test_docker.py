@@ -123,7 +123,7 @@ def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tm
         ("memlock", -1, -1),
         ("stack", 67108864, 67108864),
     }
-    assert kwargs["environment"]["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert kwargs["environment"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     # The token reaches the container at run time, from the host's environment.
     assert kwargs["environment"]["HF_TOKEN"] == SECRET
     assert kwargs["volumes"] == {str((tmp_path / "runs").resolve()): {"bind": "/reprokit/runs", "mode": "rw"}}
@@ -145,6 +145,9 @@ def test_the_container_runs_as_the_host_user_unless_the_kit_runs_as_root(tmp_pat
     monkeypatch.setattr(os, "getgid", lambda: 99)
     spec = docker_platform.container_spec(cell, tmp_path / cell.cell_id, profile, "img")
     assert spec.user == "1234:99" and spec.environment["HOME"] == "/tmp"
+    # No passwd entry for the uid in the image: getpass.getuser() (inductor's cache dir) needs a name.
+    assert spec.environment["USER"] == spec.environment["LOGNAME"] == "reprokit-1234"
+    assert spec.environment["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/torchinductor_1234"
     assert "  --user 1234:99 \\" in spec.command_line()
     monkeypatch.setattr(os, "getuid", lambda: 0)
     assert docker_platform.container_spec(cell, tmp_path / cell.cell_id, profile, "img").user is None
