@@ -239,10 +239,11 @@ def build(
         "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
         "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
         "python_version": "the image's Python (default: its base's, bases.yaml)",
+        "without_vendor": "leave out the profile's vendor files (for a build with --without-vendor)",
     }
 )
 @friendly
-def wheelhouse(c, accelerator="auto", dest=None, python_version=None):
+def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_vendor=False):
     """Download exactly the wheels the image's pip layer installs (its lock), for the base's Python and
     glibc, for an offline `inv build --wheelhouse`."""
     from . import images
@@ -252,7 +253,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None):
     wheels = images.wheelhouse(profile, folder, python_version)
     size = sum(w.stat().st_size for w in wheels) / 2**30
     print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
-    if profile.vendor is not None:
+    if profile.vendor is not None and not without_vendor:
         from .images import vendor
 
         staged = vendor.stage(profile, folder)

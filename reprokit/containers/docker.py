@@ -297,6 +297,12 @@ class Docker(Container):
 
     def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
         image = self._image(profile)
+        if self.options.user and os.getuid() == 0:
+            # The kit runs as root and the container as another uid: the run directory becomes theirs,
+            # or they could not write their results into it.
+            uid, _, gid = self.options.user.partition(":")
+            for path in [run_dir, *run_dir.rglob("*")]:
+                os.chown(path, int(uid), int(gid or uid))
         spec = container_spec(
             cell, run_dir, profile, image["tag"], image["labels"], image["id"], run_as=self.options.user
         )
