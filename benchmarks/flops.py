@@ -9,7 +9,6 @@ dense bf16/fp16 peak; it needs no GPU to count, only to measure the samples/s.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from the vendors' datasheets, in TFLOP/s, by a
 # substring of torch.cuda.get_device_name(). Order matters: the first match wins.
@@ -86,7 +84,7 @@ def bridgetower(architecture: dict | None = None, seq_len: int = BRIDGETOWER_SEQ
 
 def volo(model_name: str = "volo_d5", img_size: int = 224, kwargs: dict | None = None) -> float:
     """timm's VOLO as run_volo.py builds it, class and token-label (aux) heads both trained."""
-    import run_volo
+    from reprokit_trainers.volo import run_volo
 
     args = run_volo.ModelArguments(
         model_name_or_path=model_name, model_kwargs_json=json.dumps(kwargs) if kwargs else None
@@ -102,7 +100,7 @@ def volo(model_name: str = "volo_d5", img_size: int = 224, kwargs: dict | None =
 
 def vit(size: str = "b16", img_size: int = 224, **switches) -> float:
     """The pycls ViT of run_vit.py (classifier and layout switches change the count slightly)."""
-    from vit_model import build_vit
+    from reprokit_trainers.vit.model import build_vit
 
     def step(model, batch):
         return model(torch.zeros(batch, 3, img_size, img_size)).sum()

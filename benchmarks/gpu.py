@@ -18,7 +18,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from reprokit import accelerators, cells, recipes, render  # noqa: E402
 from reprokit.runtimes.local import LocalRuntime  # noqa: E402
@@ -62,9 +61,15 @@ def planned(steps: int) -> list[cells.Cell]:
     return planned_cells
 
 
+def trainer_module(script: str) -> str:
+    """The module of a recipe's trainer: run_volo.py is reprokit_trainers.volo.run_volo."""
+    stem = Path(script).stem
+    return f"reprokit_trainers.{stem.removeprefix('run_')}.{stem}"
+
+
 def check_arguments(cell: cells.Cell) -> None:
     """The trainer accepts the cell's arguments (its own parser), so a GPU hour is not lost to a typo."""
-    trainer = importlib.import_module(Path(cell.trainer).stem)
+    trainer = importlib.import_module(trainer_module(cell.trainer))
     trainer.parse_args(["--output_dir", "/tmp/unused", *cell.argv()])
 
 
@@ -80,7 +85,7 @@ def flops_per_sample(cell: cells.Cell) -> float:
 @functools.cache
 def _counted(model: str, *key: Any) -> float:
     """One count per distinct model: the ladder's rungs and the loader variants share theirs."""
-    import flops
+    from benchmarks import flops
 
     if model == "vit":
         size, img_size, classifier, layout = key
@@ -97,7 +102,7 @@ def published_per_device(cell: cells.Cell) -> tuple[float | None, str]:
 
 
 def row(cell: cells.Cell, summary: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
-    import flops
+    from benchmarks import flops
 
     count = flops_per_sample(cell)
     measured = (summary or {}).get("samples_per_second") if (summary or {}).get("status") == "ok" else None

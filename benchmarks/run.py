@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 RESULTS = ROOT / "benchmarks" / "results"
 
 # New Yorker cartoon sizes, as the BridgeTower recipe synthesizes them.
@@ -40,15 +39,17 @@ TOLERANCE = {"kit": 0.01, "kit-draft": 0.10}
 
 def _images(count: int, seed: int = 0) -> list[bytes]:
     import numpy as np
-    from synthetic import jpeg_bytes, sample_sizes
+
+    from reprokit_trainers.common.synthetic import jpeg_bytes, sample_sizes
 
     rng = np.random.default_rng(seed)
     return [jpeg_bytes(w, h, rng) for w, h in sample_sizes(count, rng, WIDTHS, HEIGHTS)]
 
 
 def _hf_processor():
-    from fastimage import CLIP_MEAN, CLIP_STD
     from transformers import BridgeTowerImageProcessor
+
+    from reprokit_trainers.bridgetower.fastimage import CLIP_MEAN, CLIP_STD
 
     processor = BridgeTowerImageProcessor(
         size={"shortest_edge": IMAGE_SIZE},
@@ -75,7 +76,7 @@ def _hf_processor():
 
 
 def _paths():
-    from fastimage import FastImageTransform, published_transform
+    from reprokit_trainers.bridgetower.fastimage import FastImageTransform, published_transform
 
     return {
         "published": published_transform(IMAGE_SIZE),
@@ -188,7 +189,7 @@ def overhead() -> list[dict]:
 
 def model_flops() -> list[dict]:
     """FLOPs per training sample, counted, and the MFU the published figures imply."""
-    import flops
+    from benchmarks import flops
 
     published = [
         ("BridgeTower-large, 294 px + 128 tokens", flops.bridgetower(), "H100", 602.1, 8),
@@ -248,7 +249,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.gpu:
-        import gpu
+        from benchmarks import gpu
 
         if args.dry_run:
             print("\n".join(gpu.dry_run(args.steps)))
@@ -283,4 +284,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if not __package__:
+        # `make bench` runs this file by its path, which puts benchmarks/ on sys.path, not the
+        # checkout's root: run it as the module it is, from the root, where the trainers' package
+        # imports as it does under `python -m` and pytest.
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]])
     main()

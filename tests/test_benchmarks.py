@@ -11,8 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-flops = pytest.importorskip("flops")
+flops = pytest.importorskip("benchmarks.flops")
 
 
 def test_the_gpu_suite_dry_run_prints_the_published_cells_on_one_device_with_checked_arguments():

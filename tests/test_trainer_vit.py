@@ -12,19 +12,19 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import run_vit  # noqa: E402
-import vit_model  # noqa: E402
 from torch import nn  # noqa: E402
+
+from reprokit_trainers.vit import model as vit_model  # noqa: E402
+from reprokit_trainers.vit import run_vit  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
 )
 
-TRAINER = str(ROOT / "scripts" / "run_vit.py")
+TRAINER = ["-m", "reprokit_trainers.vit"]  # run from ROOT, as a user would
 IMG = 32  # a 2 x 2 patch grid at patch size 16
 
 
@@ -296,7 +296,7 @@ def run_trainer(tmp_path, *extra: str) -> dict:
     result = subprocess.run(
         [
             sys.executable,
-            TRAINER,
+            *TRAINER,
             "--output_dir",
             str(out),
             "--model_name_or_path",
@@ -330,6 +330,7 @@ def run_trainer(tmp_path, *extra: str) -> dict:
         text=True,
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},  # one thread: 2 shared cores thrash with more
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return {"out": out, "stdout": result.stdout, "summary": json.loads((out / "summary.json").read_text())}
@@ -366,7 +367,8 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
 
 def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     result = subprocess.run(
-        [sys.executable, TRAINER, "--output_dir", str(tmp_path / "x"), "--amp", "fp8"],
+        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), "--amp", "fp8"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Train pycls's ViT on ImageNet with each rung of Meta's speedup ladder, and measure img/s.
 
 The publication (Meta AI 2022, SOURCES.md §2) stacked optimizations on a DDP fp32 baseline of
@@ -20,8 +19,8 @@ weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugm
 crop with a flip. Not modeled (device-side, small next to a ViT step): MixUp/CutMix, the EMA copy of
 the weights, PCA lighting noise.
 
-    python run_vit.py --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
-    torchrun --nproc_per_node 8 run_vit.py ...     # NCCL on GPUs, gloo on CPUs
+    python -m reprokit_trainers.vit --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
+    torchrun --nproc_per_node 8 -m reprokit_trainers.vit ...     # NCCL on GPUs, gloo on CPUs
 
 A process started without torchrun still joins a 1-rank process group, so DDP and FSDP wrap the
 model exactly as on 8 devices. Results go to the run directory through rundir.py: throughput.csv,
@@ -41,11 +40,9 @@ import math
 import os
 import random
 import re
-import sys
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,11 +53,10 @@ from PIL import Image
 from torch import nn
 from transformers import HfArgumentParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process
 
-import imagedata  # noqa: E402
-import vit_model  # noqa: E402
-from rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process  # noqa: E402
+from .model import ViT, vit_config
 
 AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
 OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
@@ -88,7 +84,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments(imagedata.ImageNetArguments):
+class DataArguments(imagenet.ImageNetArguments):
     dataloader_num_workers: int = field(
         default=10, metadata={"help": "per process (pycls DATA_LOADER.NUM_WORKERS)"}
     )
@@ -161,13 +157,13 @@ def model_size(args: ModelArguments) -> str:
     return match.group(1)
 
 
-def build_model(args: ModelArguments) -> vit_model.ViT:
+def build_model(args: ModelArguments) -> ViT:
     overrides = json.loads(args.model_config_json) if args.model_config_json else {}
     overrides = {**overrides, "image_size": args.img_size, "num_classes": args.num_classes}
-    config = vit_model.vit_config(
+    config = vit_config(
         model_size(args), overrides, classifier=args.classifier, layout=args.layout, attention=args.attention
     )
-    return vit_model.ViT(config)
+    return ViT(config)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +174,7 @@ class PyclsTrainTransform:
     """pycls's ImageNet training transform: random-sized crop, flip, then AutoAugment on the crop.
 
     pycls's AutoAugment is timm's "v0" policy (pycls/datasets/augment.py says they match), so timm's
-    is used. Returns a uint8 CHW crop and where it came from (imagedata's contract).
+    is used. Returns a uint8 CHW crop and where it came from (imagenet.py's contract).
     """
 
     def __init__(
@@ -196,7 +192,7 @@ class PyclsTrainTransform:
                 raise ValueError(f"--augment {augment}: the kit supports AutoAugment or none")
             from timm.data.auto_augment import auto_augment_transform
 
-            mean = tuple(round(255 * m) for m in imagedata.IMAGENET_MEAN)
+            mean = tuple(round(255 * m) for m in imagenet.IMAGENET_MEAN)
             self.augment = auto_augment_transform(
                 "v0", {"translate_const": int(img_size * 0.45), "img_mean": mean}
             )
@@ -206,9 +202,9 @@ class PyclsTrainTransform:
                 if op.name == "Posterize" and int(op.magnitude / 10 * 4) < 1:
                     op.magnitude = 2.5
 
-    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagedata.Crop]:
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagenet.Crop]:
         width, height = image.size
-        top, left, h, w = imagedata.random_resized_crop_params(width, height, self.scale, self.ratio)
+        top, left, h, w = imagenet.random_resized_crop_params(width, height, self.scale, self.ratio)
         size = (self.img_size, self.img_size)
         crop = image.resize(size, Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
         flipped = random.random() < self.hflip
@@ -218,14 +214,14 @@ class PyclsTrainTransform:
             crop = self.augment(crop)
         tensor = torch.from_numpy(np.asarray(crop, dtype=np.uint8).copy()).permute(2, 0, 1)
         box = (left / width, top / height, (left + w) / width, (top + h) / height)
-        return tensor, imagedata.Crop(box=box, flipped=flipped)
+        return tensor, imagenet.Crop(box=box, flipped=flipped)
 
 
 def build_loader(
     args: DataArguments, img_size: int, batch_size: int, seed: int
 ) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = args.image_source()
-    dataset = imagedata.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
+    dataset = imagenet.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
     if dist.get_world_size() > 1:
         sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
     else:
@@ -235,11 +231,11 @@ def build_loader(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=args.dataloader_num_workers,
-        collate_fn=imagedata.collate,
+        collate_fn=imagenet.collate,
         pin_memory=args.pin_memory and torch.cuda.is_available(),
         drop_last=True,
         persistent_workers=args.dataloader_num_workers > 0,
-        worker_init_fn=imagedata.seed_worker,
+        worker_init_fn=imagenet.seed_worker,
     )
     described["num_classes_data"] = source.num_classes
     return loader, described
@@ -427,7 +423,7 @@ def train(
     logger: StepLogger,
 ) -> tuple[int, float | None]:
     """Train until max_steps or the end of the schedule; returns (steps, last logged loss)."""
-    normalize = imagedata.DeviceNormalize(device, re_prob=0.0)
+    normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
     steps_per_epoch = len(loader)
     step, last_loss = 0, None
     model.train()
@@ -464,7 +460,7 @@ def train(
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments), prog="run_vit.py")
     return parser.parse_args_into_dataclasses(args=argv)
 
 

@@ -4,7 +4,7 @@ Throughput is what the kit measures, so the data path must cost what the publish
 
 - ``ImageFolderSource`` reads ImageNet's ``<root>/train/<class>/*.JPEG`` layout (classes sorted,
   as torchvision's ImageFolder and timm number them);
-- ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (scripts/synthetic.py)
+- ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (synthetic.py)
   from a pool built once per process, so every sample is decoded and augmented for real;
 - ``ImageTrainDataset`` decodes and augments in the DataLoader workers and returns uint8 crops;
   normalization and random erasing run on the device afterwards (``DeviceNormalize``), as timm's
@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from synthetic import jpeg_bytes, sample_sizes
+
+from .synthetic import jpeg_bytes, sample_sizes
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

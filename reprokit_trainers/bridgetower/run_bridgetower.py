@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Contrastive fine-tuning of BridgeTower on New Yorker cartoons, measured as the 2023 benchmark was.
 
 The published run is optimum-habana's ``examples/contrastive-image-text/run_bridgetower.py``
@@ -23,10 +22,10 @@ passes it, and the run cannot work without it); ``--freeze_*_model`` reach the e
 live (``model.bridgetower.*``); and ``--image_pipeline`` offers the kit's faster image paths
 (fastimage.py) beside the published one, which stays the default.
 
-    python run_bridgetower.py --output_dir out --random_init --synthetic_data \\
+    python -m reprokit_trainers.bridgetower --output_dir out --random_init --synthetic_data \\
         --model_config_json "$(cat arch.json)" --remove_unused_columns false --do_train \\
         --per_device_train_batch_size 48 --bf16 --dataloader_num_workers 2 --throughput_warmup_steps 3
-    torchrun --nproc_per_node 8 run_bridgetower.py ...
+    torchrun --nproc_per_node 8 -m reprokit_trainers.bridgetower ...
 """
 
 from __future__ import annotations
@@ -57,17 +56,16 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common.rundir import RunDir, hf_throughput_callback
+from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
 
-from fastimage import (  # noqa: E402
+from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
     FastImageTransform,
     decode_batch_on_device,
     published_transform,
 )
-from rundir import RunDir, hf_throughput_callback  # noqa: E402
-from synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes  # noqa: E402
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -236,7 +234,8 @@ def parse_args(
     else:
         training_class = TrainingArguments
     parser = HfArgumentParser(
-        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class)
+        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
+        prog=PROG,
     )
     try:
         model_args, data_args, parsed_bench, training_args = parser.parse_args_into_dataclasses(args=argv)

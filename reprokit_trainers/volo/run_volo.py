@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Train a VOLO (timm) on ImageNet with token labeling, as sail-sg/volo does, and measure img/s.
 
 The published recipe (sail-sg/volo main.py with the token-labeling toolbox; SOURCES.md §3, §4):
@@ -9,9 +8,9 @@ token labeling: dense top-5 score maps cropped with each image (RoIAlign), MixTo
 loss = 1.0 x class CE + 0.5 x token CE. Finetuning at a higher resolution loads the 224 checkpoint
 with its position embedding interpolated to the new token grid (``--finetune``).
 
-    python run_volo.py --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
+    python -m reprokit_trainers.volo --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
         --per_device_train_batch_size 128 --lr 1.6e-3 --drop_path 0.1 --amp fp16 --token_label_size 14
-    torchrun --nproc_per_node 8 run_volo.py ...      # DDP (NCCL on GPUs, gloo on CPUs)
+    torchrun --nproc_per_node 8 -m reprokit_trainers.volo ...      # DDP (NCCL on GPUs, gloo on CPUs)
 
 Results go to the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
 last, summary.json; the trained weights to ``<output_dir>/checkpoint/model.pt``.
@@ -31,7 +30,6 @@ import logging
 import os
 import random
 import re
-import sys
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -43,11 +41,10 @@ import torch
 import torch.distributed as dist
 from transformers import HfArgumentParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process
 
-import imagedata  # noqa: E402
-import tokenlabel  # noqa: E402
-from rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process  # noqa: E402
+from . import tokenlabel
 
 # VOLO D1-D5 as timm registers them (timm/models/volo.py; the same at every resolution). Kept here
 # because timm's entry points fix these values, so tiny overrides for smoke runs could not reach them.
@@ -96,7 +93,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments(imagedata.ImageNetArguments):
+class DataArguments(imagenet.ImageNetArguments):
     synthetic_label_map_size: int = field(
         default=18, metadata={"help": "H = W of synthetic token-label maps"}
     )
@@ -273,11 +270,11 @@ def build_data(
     )
     described["token_label_data"] = data_args.token_label_data or "synthetic"
 
-    def label_map(index: int, crop: imagedata.Crop) -> dict[str, torch.Tensor]:
+    def label_map(index: int, crop: imagenet.Crop) -> dict[str, torch.Tensor]:
         # The map travels whole; it is cropped with the image on the device, batched (RoIAlign).
         return {"label_map": maps.load(index, source.key(index), source.label(index))}
 
-    transform = imagedata.TrainTransform(
+    transform = imagenet.TrainTransform(
         img_size,
         auto_augment=data_args.auto_augment or None,
         hflip=data_args.hflip,
@@ -285,7 +282,7 @@ def build_data(
         ratio=data_args.ratio,
         interpolation=data_args.train_interpolation,
     )
-    dataset = imagedata.ImageTrainDataset(
+    dataset = imagenet.ImageTrainDataset(
         source, transform, encoded=data_args.loader == "gpu_decode", extra=label_map
     )
     if dist.is_initialized():
@@ -298,11 +295,11 @@ def build_data(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=imagedata.collate,
+        collate_fn=imagenet.collate,
         pin_memory=data_args.pin_memory,
         drop_last=True,
         persistent_workers=workers > 0,
-        worker_init_fn=imagedata.seed_worker,
+        worker_init_fn=imagenet.seed_worker,
     )
     described["num_classes_data"] = source.num_classes
     return loader, sampler, described
@@ -497,12 +494,12 @@ def train_loop(
     loss_fn = tokenlabel.TokenLabelLoss(
         train_args.dense_weight, train_args.cls_weight, train_args.ground_truth
     )
-    normalize = imagedata.DeviceNormalize(
+    normalize = imagenet.DeviceNormalize(
         device, re_prob=data_args.reprob, re_mode=data_args.remode, re_count=data_args.recount
     )
     gpu_decode = None
     if data_args.loader == "gpu_decode":
-        gpu_decode = imagedata.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
+        gpu_decode = imagenet.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
     num_classes = run.model.num_classes
 
     steps_per_epoch = len(run.loader)
@@ -577,7 +574,7 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments), prog="run_volo.py")
     return parser.parse_args_into_dataclasses(args=argv)
 
 
