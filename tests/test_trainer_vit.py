@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 
 from torch import nn  # noqa: E402
 
+from reprokit_trainers.common import distributed  # noqa: E402
 from reprokit_trainers.vit import model as vit_model  # noqa: E402
 from reprokit_trainers.vit import run_vit  # noqa: E402
 
@@ -45,7 +46,7 @@ def train_args(**overrides) -> run_vit.TrainArguments:
 @pytest.fixture
 def process_group():
     """The trainer's 1-rank gloo group (what a run without torchrun joins), torn down afterwards."""
-    rank, world = run_vit.init_distributed(torch.device("cpu"))
+    rank, world = distributed.init_process_group(torch.device("cpu"), single_process_group=True)
     yield rank, world
     torch.distributed.destroy_process_group()
 

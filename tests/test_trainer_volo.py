@@ -435,7 +435,7 @@ def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_p
         token_label_data=str(tmp_path / "labels"),
         dataloader_num_workers=0,
     )
-    loader, _, info = run_volo.build_data(data_args, img_size=64, label_size=4, batch_size=4, seed=0)
+    loader, info = run_volo.build_data(data_args, img_size=64, label_size=4, batch_size=4, seed=0)
     assert info["data"] == "imagenet-folder" and info["num_classes_data"] == 2
     batch = next(iter(loader))
     assert batch["pixel_values"].shape == (4, 3, 64, 64) and batch["label_map"].shape == (4, 2, 5, 15, 15)

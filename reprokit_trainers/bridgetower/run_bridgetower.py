@@ -56,7 +56,8 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common.rundir import RunDir, hf_throughput_callback
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import hf_throughput_callback
 from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
 
 from .fastimage import (

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 import re
 import warnings
@@ -54,7 +53,14 @@ from torch import nn
 from transformers import HfArgumentParser
 
 from reprokit_trainers.common import imagenet
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
 
 from .model import ViT, vit_config
 
@@ -130,11 +136,6 @@ class TrainArguments:
     logging_steps: int = field(default=100, metadata={"help": "pycls LOG_PERIOD"})
     throughput_warmup_steps: int = field(default=10)
     seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
-
-
-def log(message: str) -> None:
-    if is_main_process():
-        print(message, flush=True)
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -222,38 +223,18 @@ def build_loader(
 ) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = args.image_source()
     dataset = imagenet.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
-    if dist.get_world_size() > 1:
-        sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
-    else:
-        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    loader = torch.utils.data.DataLoader(
+    loader = imagenet.train_loader(
         dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=args.dataloader_num_workers,
-        collate_fn=imagenet.collate,
+        batch_size,
+        args.dataloader_num_workers,
         pin_memory=args.pin_memory and torch.cuda.is_available(),
-        drop_last=True,
-        persistent_workers=args.dataloader_num_workers > 0,
-        worker_init_fn=imagenet.seed_worker,
+        seed=seed,
     )
-    described["num_classes_data"] = source.num_classes
     return loader, described
 
 
 # ----------------------------------------------------------------------------------------------
-# The ladder's mechanics: process group, wrapping, precision, optimizer
-
-
-def init_distributed(device: torch.device) -> tuple[int, int]:
-    """Join torchrun's group, or make a 1-rank one in memory (no port, no rendezvous)."""
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return dist.get_rank(), dist.get_world_size()
+# The ladder's mechanics: wrapping, precision, optimizer
 
 
 @dataclass(frozen=True)
@@ -376,42 +357,6 @@ def pycls_lr(epoch: int, args: TrainArguments) -> float:
 # Training
 
 
-class StepLogger:
-    """Feeds rundir's meter every step; on logging steps a throughput.csv row and TensorBoard scalars."""
-
-    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int) -> None:
-        self.run_dir = run_dir
-        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-        self.global_batch = global_batch
-        self.writer = None
-        if is_main_process():
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(log_dir=str(run_dir.tensorboard_dir / "train"))
-
-    def step(self, step: int, epoch: float, lr: float, loss: float | None) -> None:
-        self.meter.step_end(self.global_batch)
-        if loss is None:
-            return
-        row = self.run_dir.log_step(self.meter, epoch=epoch, loss=loss, learning_rate=lr)
-        if self.writer is not None and row is not None:
-            self.writer.add_scalar("train/loss", loss, step)
-            self.writer.add_scalar("train/learning_rate", lr, step)
-            log(
-                f"step {step} epoch {epoch:.3f} loss {loss:.4f} lr {lr:.3e} {row['samples_per_second']:.1f} img/s"
-            )
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def reduce_mean(value: torch.Tensor) -> float:
-    value = value.detach().float().clone()
-    dist.all_reduce(value)
-    return float(value) / dist.get_world_size()
-
-
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -421,15 +366,14 @@ def train(
     prec: Precision,
     device: torch.device,
     logger: StepLogger,
-) -> tuple[int, float | None]:
-    """Train until max_steps or the end of the schedule; returns (steps, last logged loss)."""
+) -> int:
+    """Train until max_steps or the end of the schedule; returns the number of steps."""
     normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
     steps_per_epoch = len(loader)
-    step, last_loss = 0, None
+    step = 0
     model.train()
     for epoch in range(args.epochs):
-        if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
-            loader.sampler.set_epoch(epoch)
+        imagenet.set_epoch(loader, epoch)
         lr = pycls_lr(epoch, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -445,18 +389,11 @@ def train(
             scaler.update()
             step += 1
             done = 0 < args.max_steps <= step
-            # Every rank reaches the same logging steps, so the loss is averaged over ranks there only.
-            logged = (
-                step % args.logging_steps == 0
-                or done
-                or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
-            )
-            loss_value = reduce_mean(loss) if logged else None
-            last_loss = loss_value if logged else last_loss
-            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss_value)
+            last = done or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
             if done:
-                return step, last_loss
-    return step, last_loss
+                return step
+    return step
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
@@ -465,6 +402,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
@@ -473,15 +411,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
     model_args, data_args, train_args = parse_args(argv)
 
+    # 2. Join the process group, build and wrap the model, build the optimizer
     device = accelerator_device()
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
     try:  # configuration problems end in one line, before anything heavy starts
         check_choice("sharding", train_args.sharding, SHARDINGS)
         prec = precision(train_args.amp)
         size = model_size(model_args)
-        rank, world = init_distributed(device)
+        rank, world = init_process_group(device, single_process_group=True)
         random.seed(train_args.seed + rank)
         np.random.seed(train_args.seed + rank)
         torch.manual_seed(train_args.seed)  # the same initial weights on every rank
@@ -494,10 +432,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if train_args.compile:
         model = torch.compile(model)
     scaler = grad_scaler(train_args, prec, device)
+
+    # 3. Build the data loader
     loader, data_info = build_loader(
         data_args, model_args.img_size, train_args.per_device_train_batch_size, train_args.seed
     )
 
+    # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer="run_vit.py")
     per_device = train_args.per_device_train_batch_size
@@ -511,10 +452,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         f"pycls ViT-{size} at {model_args.img_size}px ({parameters / 1e6:.2f}M parameters), batch {per_device} x "
         f"{world} = {global_batch}, {rung}, data {data_info['data']}, {dist.get_backend()} on {device}"
     )
-    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch)
-    steps, last_loss = train(model, optimizer, scaler, loader, train_args, prec, device, logger)
+
+    # 5. Train
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    train(model, optimizer, scaler, loader, train_args, prec, device, logger)
     logger.close()
 
+    # 6. Write the summary, last
     meter = logger.meter
     summary = run_dir.write_summary(
         meter,
@@ -537,13 +481,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch_size=global_batch,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(loader),
-        final_loss=last_loss,
+        final_loss=logger.last_loss,
         # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
         train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
         args={**asdict(model_args), **asdict(data_args), **asdict(train_args)},
         **data_info,
     )
-    dist.destroy_process_group()
+    destroy_process_group()
     return summary
 
 

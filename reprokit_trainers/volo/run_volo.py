@@ -20,14 +20,13 @@ schedule (warmup and cooldown in epochs), the model's training forward returns (
 logits, MixToken box) that the loss consumes together, and batches are finished on the device
 (normalize, random erasing, RoIAlign of the label maps) between the loader and the model. Each of
 these would be an override of Trainer internals; the loop below is shorter than those overrides.
-Logging goes through small hooks (``ThroughputHook``, ``TensorBoardHook``).
+Logging goes through the trainers' common step logger (``common/steps.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
 import warnings
@@ -42,7 +41,15 @@ import torch.distributed as dist
 from transformers import HfArgumentParser
 
 from reprokit_trainers.common import imagenet
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    is_main_process,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
 
 from . import tokenlabel
 
@@ -165,11 +172,6 @@ class TrainArguments:
     save_checkpoint: bool = field(default=True)
 
 
-def log(message: str) -> None:
-    if is_main_process():
-        print(message, flush=True)
-
-
 # ----------------------------------------------------------------------------------------------
 # Model
 
@@ -260,7 +262,7 @@ def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
 
 def build_data(
     data_args: DataArguments, img_size: int, label_size: int, batch_size: int, seed: int
-) -> tuple[torch.utils.data.DataLoader, torch.utils.data.Sampler, dict[str, Any]]:
+) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = data_args.image_source()
     maps = tokenlabel.LabelMaps(
         data_args.token_label_data,
@@ -285,24 +287,10 @@ def build_data(
     dataset = imagenet.ImageTrainDataset(
         source, transform, encoded=data_args.loader == "gpu_decode", extra=label_map
     )
-    if dist.is_initialized():
-        sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
-    else:
-        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    workers = data_args.dataloader_num_workers
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=workers,
-        collate_fn=imagenet.collate,
-        pin_memory=data_args.pin_memory,
-        drop_last=True,
-        persistent_workers=workers > 0,
-        worker_init_fn=imagenet.seed_worker,
+    loader = imagenet.train_loader(
+        dataset, batch_size, data_args.dataloader_num_workers, data_args.pin_memory, seed
     )
-    described["num_classes_data"] = source.num_classes
-    return loader, sampler, described
+    return loader, described
 
 
 def check_loader(loader: str) -> None:
@@ -326,59 +314,6 @@ def check_loader(loader: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Logging hooks
-
-
-@dataclass
-class StepState:
-    step: int
-    epoch: float
-    lr: float
-    loss: float | None  # averaged over ranks, only on logging steps
-
-
-class ThroughputHook:
-    """Feeds rundir's meter every step and appends a throughput.csv row on logging steps."""
-
-    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int) -> None:
-        self.run_dir = run_dir
-        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-        self.global_batch = global_batch
-
-    def on_step_end(self, state: StepState) -> None:
-        self.meter.step_end(self.global_batch)
-        if state.loss is not None:
-            row = self.run_dir.log_step(
-                self.meter, epoch=state.epoch, loss=state.loss, learning_rate=state.lr
-            )
-            if row is not None:
-                log(
-                    f"step {state.step} epoch {state.epoch:.3f} loss {state.loss:.4f} lr {state.lr:.3e} "
-                    f"{row['samples_per_second']:.1f} img/s"
-                )
-
-
-class TensorBoardHook:
-    """train/loss and train/learning_rate in <output_dir>/tensorboard/train (rank 0)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.writer = None
-        if is_main_process():
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(log_dir=str(log_dir))
-
-    def on_step_end(self, state: StepState) -> None:
-        if self.writer is not None and state.loss is not None:
-            self.writer.add_scalar("train/loss", state.loss, state.step)
-            self.writer.add_scalar("train/learning_rate", state.lr, state.step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 
 
@@ -387,21 +322,6 @@ def amp_settings(train_args: TrainArguments) -> tuple[str, torch.dtype | None]:
     if mode not in ("bf16", "fp16", "no"):
         raise ValueError(f"--amp {mode}: choose bf16, fp16 or no")
     return mode, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
-
-
-def init_distributed() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-
-
-def reduce_mean(value: torch.Tensor) -> float:
-    if dist.is_initialized():
-        value = value.detach().clone()
-        dist.all_reduce(value)
-        value /= dist.get_world_size()
-    return float(value.detach())
 
 
 @dataclass
@@ -415,7 +335,6 @@ class Setup:
     amp_mode: str
     amp_dtype: torch.dtype | None
     loader: torch.utils.data.DataLoader
-    sampler: torch.utils.data.Sampler
     data_info: dict[str, Any]
     finetuned: dict[str, Any]
 
@@ -437,16 +356,14 @@ def setup(
     torch.manual_seed(train_args.seed + rank)
     model, architecture = build_model(model_args, img_size)
     finetuned = load_finetune(model, model_args.finetune) if model_args.finetune else {}
-    loader, sampler, data_info = build_data(
+    loader, data_info = build_data(
         data_args, img_size, label_size, train_args.per_device_train_batch_size, train_args.seed
     )
     if data_info["num_classes_data"] > model_args.num_classes:
         raise ValueError(
             f"the data has {data_info['num_classes_data']} classes, the model {model_args.num_classes}"
         )
-    return Setup(
-        model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, sampler, data_info, finetuned
-    )
+    return Setup(model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, data_info, finetuned)
 
 
 def train_loop(
@@ -456,9 +373,9 @@ def train_loop(
     lr: float,
     device: torch.device,
     rank: int,
-    hooks: list[Any],
-) -> tuple[int, int, float | None]:
-    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled, last logged loss)."""
+    logger: StepLogger,
+) -> tuple[int, int]:
+    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled)."""
     from timm.optim import create_optimizer_v2
     from timm.scheduler import CosineLRScheduler
 
@@ -503,11 +420,10 @@ def train_loop(
     num_classes = run.model.num_classes
 
     steps_per_epoch = len(run.loader)
-    step, epoch, last_loss = 0, 0, None
+    step, epoch = 0, 0
     done = False
     while not done and epoch < total_epochs:
-        if isinstance(run.sampler, torch.utils.data.DistributedSampler):
-            run.sampler.set_epoch(epoch)
+        imagenet.set_epoch(run.loader, epoch)
         for index, batch in enumerate(run.loader):
             if gpu_decode is not None:
                 images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
@@ -535,23 +451,14 @@ def train_loop(
             scaler.update()
             step += 1
             done = 0 < train_args.max_steps <= step
-            last_step = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
-            # Every rank reaches the same logging steps, so the loss can be averaged over them there.
-            logged = step % train_args.logging_steps == 0 or last_step
-            state = StepState(
-                step=step,
-                epoch=epoch + (index + 1) / steps_per_epoch,
-                lr=optimizer.param_groups[0]["lr"],
-                loss=reduce_mean(loss) if logged else None,
-            )
-            last_loss = state.loss if logged else last_loss
-            for hook in hooks:
-                hook.on_step_end(state)
+            last = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
+            lr = optimizer.param_groups[0]["lr"]
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
             if done:
                 break
         epoch += 1
         scheduler.step(epoch)
-    return step, total_epochs, last_loss
+    return step, total_epochs
 
 
 def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, steps: int) -> Path:
@@ -579,18 +486,23 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
     model_args, data_args, train_args = parse_args(argv)
-    init_distributed()
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    rank = dist.get_rank() if dist.is_initialized() else 0
+
+    # 2. Join the process group (torchrun's; a process started alone trains without one)
+    device = accelerator_device()
+    rank, world = init_process_group(device)
+
+    # 3. Check the configuration, build the model and the data
     try:  # configuration problems end in one line, before anything heavy starts
         run = setup(model_args, data_args, train_args, rank)
     except (ValueError, FileNotFoundError, json.JSONDecodeError) as error:
         raise SystemExit(f"run_volo.py: error: {error}") from None
 
+    # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer="run_volo.py")
     per_device = train_args.per_device_train_batch_size
@@ -610,20 +522,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             f"finetuning from {run.finetuned['finetune_from']}, pos_embed {run.finetuned['pos_embed_resized']}"
         )
 
-    device = accelerator_device()
+    # 5. Train
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as main.py: fixed shapes, let cuDNN pick kernels
-    throughput = ThroughputHook(run_dir, train_args.throughput_warmup_steps, global_batch)
-    tensorboard = TensorBoardHook(run_dir.tensorboard_dir / "train")
-    steps, epochs, last_loss = train_loop(
-        run, data_args, train_args, lr, device, rank, hooks=[throughput, tensorboard]
-    )
-    tensorboard.close()
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    logger.close()
+
+    # 6. Save the weights (what --finetune reads)
     checkpoint = (
         save_checkpoint(run, model_args, train_args.output_dir, steps) if train_args.save_checkpoint else None
     )
 
-    meter = throughput.meter
+    # 7. Write the summary, last
+    meter = logger.meter
     summary = run_dir.write_summary(
         meter,
         status="ok",
@@ -640,7 +552,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(run.loader),
         epochs_scheduled=epochs,
-        final_loss=last_loss,
+        final_loss=logger.last_loss,
         # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
         train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
         checkpoint=str(checkpoint) if checkpoint else None,
@@ -648,8 +560,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         **run.data_info,
         **run.finetuned,
     )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    destroy_process_group()
     return summary
 
 
