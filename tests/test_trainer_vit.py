@@ -270,7 +270,6 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
     from reprokit import cells, recipes
 
     recipe = recipes.load("vit-speedups")
-    parser = run_vit.HfArgumentParser((run_vit.ModelArguments, run_vit.DataArguments, run_vit.TrainArguments))
     for accelerator, scale in (("cpu", "smoke"), ("cuda", "published")):
         expanded = cells.expand(recipe, "vit-speedups", accelerator, scale)
         assert [c.variant for c in expanded][:6] == [
@@ -282,9 +281,7 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
             "fsdp",
         ]
         for cell in expanded:
-            model_args, _, args = parser.parse_args_into_dataclasses(
-                args=["--output_dir", "x", *cells.to_argv(cell.args)]
-            )
+            model_args, _, args = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
             variant = next(v for v in recipe.variants if v.name == cell.variant)
             for key, value in variant.args.items():
                 if key not in (recipe.scales[scale].args or {}):

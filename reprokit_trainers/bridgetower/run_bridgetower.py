@@ -49,13 +49,13 @@ import transformers
 from transformers import (
     BridgeTowerConfig,
     BridgeTowerForContrastiveLearning,
-    HfArgumentParser,
     PreTrainedTokenizerBase,
     Trainer,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
+from reprokit_trainers.common.args import config_error, parse_command_line
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import hf_throughput_callback
 from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
@@ -234,14 +234,12 @@ def parse_args(
         training_class: type = GaudiTrainingArguments
     else:
         training_class = TrainingArguments
-    parser = HfArgumentParser(
+    # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too.
+    model_args, data_args, parsed_bench, training_args = parse_command_line(
+        PROG,
         (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
-        prog=PROG,
+        argv,
     )
-    try:
-        model_args, data_args, parsed_bench, training_args = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 where nothing supports it
-        raise SystemExit(f"{PROG}: error: {error}") from None
     # One view of the benchmark settings, wherever each was parsed.
     bench = BenchmarkArguments(
         **{
@@ -253,11 +251,11 @@ def parse_args(
     )
     check_accelerator_flags(bench, training_args, gaudi)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
-        raise SystemExit(f"{PROG}: error: nothing to do: pass --do_train, --do_eval and/or --do_predict")
+        raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")
     for name in ("synthetic_image_width", "synthetic_image_height", "synthetic_caption_words"):
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
-            raise SystemExit(f"{PROG}: error: --{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
+            raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
     return model_args, data_args, bench, training_args, gaudi
 
 
@@ -265,22 +263,23 @@ def check_accelerator_flags(bench: BenchmarkArguments, training_args: TrainingAr
     if not gaudi:
         for name in GAUDI_ONLY_FLAGS:
             if getattr(bench, name):
-                raise SystemExit(
-                    f"{PROG}: error: --{name} needs a Gaudi machine with optimum-habana, which is not "
-                    "installed here; drop the flag or run the gaudi2 accelerator's image"
+                raise config_error(
+                    PROG,
+                    f"--{name} needs a Gaudi machine with optimum-habana, which is not "
+                    "installed here; drop the flag or run the gaudi2 accelerator's image",
                 )
     if bench.distribution_strategy not in ("ddp", "fast_ddp"):
-        raise SystemExit(
-            f"{PROG}: error: --distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
+        raise config_error(
+            PROG, f"--distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
         )
     if bench.distribution_strategy == "fast_ddp":
         if not gaudi or not bench.use_habana:
-            raise SystemExit(
-                f"{PROG}: error: --distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
+            raise config_error(
+                PROG, "--distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
             )
         if not hasattr(training_args, "distribution_strategy"):
-            raise SystemExit(
-                f"{PROG}: error: this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
+            raise config_error(
+                PROG, "this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
             )
 
 
@@ -316,19 +315,18 @@ def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLea
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
             reason = _first_line(error)
             if model_args.model_config_json is None:
-                raise SystemExit(
-                    f"{PROG}: error: cannot load {model_args.model_name_or_path}@{model_args.model_revision} "
-                    f"({reason}) and no --model_config_json to build it offline"
+                raise config_error(
+                    PROG,
+                    f"cannot load {model_args.model_name_or_path}@{model_args.model_revision} "
+                    f"({reason}) and no --model_config_json to build it offline",
                 ) from None
             logger.warning("checkpoint not loaded (%s): random weights from --model_config_json", reason)
     if model_args.model_config_json is None:
-        raise SystemExit(
-            f"{PROG}: error: --random_init needs --model_config_json (the architecture to build)"
-        )
+        raise config_error(PROG, "--random_init needs --model_config_json (the architecture to build)")
     try:
         return BridgeTowerForContrastiveLearning(build_config(model_args.model_config_json)), "random", reason
     except (json.JSONDecodeError, TypeError, ValueError) as error:  # e.g. a vision hidden_size below 64
-        raise SystemExit(f"{PROG}: error: --model_config_json does not build: {_first_line(error)}") from None
+        raise config_error(PROG, f"--model_config_json does not build: {_first_line(error)}") from None
 
 
 def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerBase:
@@ -706,8 +704,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     first_split = "train" if training_args.do_train else "validation"
     for column in (data_args.image_column, data_args.caption_column):
         if column not in dataset[first_split].column_names:
-            raise SystemExit(
-                f"{PROG}: error: no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}"
+            raise config_error(
+                PROG,
+                f"no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}",
             )
 
     mediapipe = mediapipe_trainer(data_args, on_gaudi)

@@ -50,9 +50,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from transformers import HfArgumentParser
 
 from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.args import one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -64,6 +64,7 @@ from reprokit_trainers.common.steps import StepLogger
 
 from .model import ViT, vit_config
 
+PROG = "run_vit.py"  # the name errors and sysinfo.json give
 AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
 OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
 OPTIMIZERS = ("adamw", "sgd")
@@ -397,8 +398,7 @@ def train(
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments), prog="run_vit.py")
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments), argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -411,11 +411,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
     model_args, data_args, train_args = parse_args(argv)
 
-    # 2. Join the process group, build and wrap the model, build the optimizer
+    # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
-    try:  # configuration problems end in one line, before anything heavy starts
+    with one_line_errors(PROG, ValueError, KeyError):
         check_choice("sharding", train_args.sharding, SHARDINGS)
         prec = precision(train_args.amp)
         size = model_size(model_args)
@@ -427,8 +427,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         parameters = sum(p.numel() for p in model.parameters())
         model = wrap_model(model.to(device=device, dtype=prec.model_dtype), train_args, prec, device)
         optimizer = build_optimizer(model, train_args, prec)
-    except (ValueError, KeyError) as error:
-        raise SystemExit(f"run_vit.py: error: {error}") from None
     if train_args.compile:
         model = torch.compile(model)
     scaler = grad_scaler(train_args, prec, device)
@@ -440,7 +438,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer="run_vit.py")
+    run_dir.write_sysinfo(trainer=PROG)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     rung = (

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from transformers import HfArgumentParser
 
 from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.args import one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -68,6 +68,7 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         "stem_hidden_dim": 128,
     },
 }
+PROG = "run_volo.py"  # the name errors and sysinfo.json give
 LOADERS = ("torch", "gpu_decode", "dali")
 
 
@@ -481,8 +482,7 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments), prog="run_volo.py")
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments), argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -496,15 +496,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     device = accelerator_device()
     rank, world = init_process_group(device)
 
-    # 3. Check the configuration, build the model and the data
-    try:  # configuration problems end in one line, before anything heavy starts
+    # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
+    with one_line_errors(PROG, ValueError, FileNotFoundError, json.JSONDecodeError):
         run = setup(model_args, data_args, train_args, rank)
-    except (ValueError, FileNotFoundError, json.JSONDecodeError) as error:
-        raise SystemExit(f"run_volo.py: error: {error}") from None
 
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer="run_volo.py")
+    run_dir.write_sysinfo(trainer=PROG)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     # --lr is the published value and is used as is (main.py never rescales it); --lr_base applies

@@ -1,0 +1,43 @@
+"""Command lines of the trainers: dataclasses parsed by HfArgumentParser, errors in one line.
+
+A configuration problem ends the trainer with one line, ``<prog>: error: <what is wrong>`` (argparse's
+own wording), before anything heavy starts and without a traceback: the kit shows the last line of
+a failed run's log as its cause. ``<prog>`` is the published script's name (``run_volo.py``), also
+when the trainer runs as ``python -m reprokit_trainers.volo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from transformers import HfArgumentParser
+
+
+def config_error(prog: str, message: str) -> SystemExit:
+    """The exception a configuration problem ends the trainer with: raise it ``from None``."""
+    return SystemExit(f"{prog}: error: {message}")
+
+
+@contextmanager
+def one_line_errors(prog: str, *kinds: type[BaseException]) -> Iterator[None]:
+    """Turn the configuration errors ``kinds`` raised inside the block into one line."""
+    try:
+        yield
+    except kinds as problem:
+        raise config_error(prog, str(problem)) from None
+
+
+def parse_command_line(
+    prog: str, dataclass_types: Sequence[type], argv: Sequence[str] | None = None
+) -> tuple[Any, ...]:
+    """One instance of each dataclass, from ``argv`` (default: the command line).
+
+    argparse's own errors (an unknown flag, a bad value) print the usage and exit 2, as any
+    HfArgumentParser script does; a dataclass's own checks (``__post_init__``, e.g.
+    TrainingArguments' ``--bf16`` where nothing supports it) end in one line.
+    """
+    parser = HfArgumentParser(dataclass_types, prog=prog)
+    with one_line_errors(prog, ValueError):
+        return tuple(parser.parse_args_into_dataclasses(args=argv))
