@@ -645,11 +645,11 @@ def _given(argv: Sequence[str], name: str) -> bool:
     return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
-    on_gaudi = gaudi and bench.use_habana
+# ----------------------------------------------------------------------------------------------
+# The run
 
+
+def setup_logging(training_args: TrainingArguments) -> None:
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%H:%M:%S",
@@ -662,8 +662,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
 
-    run_dir = RunDir(training_args.output_dir)
-    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+
+def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_dir: RunDir) -> None:
+    """The Trainer's settings the run directory needs, where the command line leaves them open."""
     # TensorBoard goes where the kit collects it, unless the command line says otherwise.
     if not _given(argv, "logging_dir"):
         training_args.logging_dir = str(run_dir.tensorboard_dir)
@@ -674,14 +675,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         logger.info("remove_unused_columns set to False: the image transform needs the image column")
         training_args.remove_unused_columns = False
 
-    if on_gaudi:
-        from optimum.habana.utils import set_seed
-    else:
-        from transformers import set_seed
-    set_seed(training_args.seed)
 
-    model, model_source, model_fallback = load_model(model_args)
-    model_parameters = sum(p.numel() for p in model.parameters())
+def set_seed(seed: int, on_gaudi: bool) -> None:
+    if on_gaudi:
+        from optimum.habana.utils import set_seed as seed_everything
+    else:
+        from transformers import set_seed as seed_everything
+    seed_everything(seed)
+
+
+def prepare_model(model: BridgeTowerForContrastiveLearning, model_args: ModelArguments) -> None:
+    """Drop the text pooler (as published) and freeze the encoders the arguments name."""
     if model_args.freeze_text_pooler:
         model.bridgetower.text_model.pooler = None
     for frozen, module in (
@@ -690,10 +694,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     ):
         if frozen:
             module.requires_grad_(False)
-    trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tokenizer, tokenizer_source = load_tokenizer(model_args)
-    image_size = model.config.vision_config.image_size
 
+
+def load_splits(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    bench: BenchmarkArguments,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    image_size: int,
+    mediapipe: bool,
+) -> tuple[dict[str, Any], str, str | None]:
+    """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
     with training_args.main_process_first(desc="dataset"):
         dataset, data_source, data_fallback = load_data(model_args, data_args)
     if "test" not in dataset:  # as published: carve validation and test out of train
@@ -709,8 +721,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
                 f"no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}",
             )
 
-    mediapipe = mediapipe_trainer(data_args, on_gaudi)
-    if bench.image_pipeline != "published" or mediapipe is not None:
+    if bench.image_pipeline != "published" or mediapipe:
         import datasets
 
         # These paths decode the JPEGs themselves: draft decoding and the HPU need the bytes, not an image.
@@ -725,16 +736,74 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         ):
             if wanted:
                 splits[split] = prepare_split(
-                    dataset[split],
-                    tokenizer,
-                    data_args,
-                    transform,
-                    limit,
-                    split,
-                    image_size,
-                    mediapipe is not None,
+                    dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
                 )
+    return splits, data_source, data_fallback
 
+
+def train_and_evaluate(
+    trainer: Trainer,
+    splits: dict[str, Any],
+    training_args: TrainingArguments,
+    bench: BenchmarkArguments,
+    tokenizer: PreTrainedTokenizerBase,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """--do_train, --do_eval, --do_predict as the published script runs them: (train, eval, test) metrics."""
+    train_metrics: dict[str, Any] = {}
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint is None and not training_args.overwrite_output_dir:
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_metrics = dict(train_result.metrics)
+        if bench.save_final_model:
+            trainer.save_model()
+            tokenizer.save_pretrained(training_args.output_dir)
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+        trainer.save_state()
+    eval_metrics = test_metrics = None
+    if training_args.do_eval:
+        eval_metrics = trainer.evaluate(ignore_keys=IGNORE_AT_INFERENCE)
+        trainer.log_metrics("validation", eval_metrics)
+        trainer.save_metrics("validation", eval_metrics)
+    if training_args.do_predict:
+        test_metrics = trainer.predict(
+            splits["test"], ignore_keys=IGNORE_AT_INFERENCE, metric_key_prefix="test"
+        ).metrics
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+    return train_metrics, eval_metrics, test_metrics
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
+    on_gaudi = gaudi and bench.use_habana
+    setup_logging(training_args)
+
+    # 2. Open the run directory, where the Trainer's TensorBoard logs go too
+    run_dir = RunDir(training_args.output_dir)
+    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+    point_at_run_dir(training_args, argv, run_dir)
+    set_seed(training_args.seed, on_gaudi)
+
+    # 3. Build the model and the tokenizer: the hub's, else offline ones
+    model, model_source, model_fallback = load_model(model_args)
+    model_parameters = sum(p.numel() for p in model.parameters())
+    prepare_model(model, model_args)
+    trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    tokenizer, tokenizer_source = load_tokenizer(model_args)
+    image_size = model.config.vision_config.image_size
+
+    # 4. Load and preprocess the data: the hub's, else synthetic data of its shapes
+    mediapipe = mediapipe_trainer(data_args, on_gaudi)
+    splits, data_source, data_fallback = load_splits(
+        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe is not None
+    )
+
+    # 5. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
     if on_gaudi:
         base, extra = gaudi_setup(bench, model_args)
     else:
@@ -773,31 +842,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "GaudiTrainer" if on_gaudi else "Trainer",
     )
 
-    train_metrics: dict[str, Any] = {}
-    if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint
-        if checkpoint is None and not training_args.overwrite_output_dir:
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        train_metrics = dict(train_result.metrics)
-        if bench.save_final_model:
-            trainer.save_model()
-            tokenizer.save_pretrained(training_args.output_dir)
-        trainer.log_metrics("train", train_metrics)
-        trainer.save_metrics("train", train_metrics)
-        trainer.save_state()
-    eval_metrics = test_metrics = None
-    if training_args.do_eval:
-        eval_metrics = trainer.evaluate(ignore_keys=IGNORE_AT_INFERENCE)
-        trainer.log_metrics("validation", eval_metrics)
-        trainer.save_metrics("validation", eval_metrics)
-    if training_args.do_predict:
-        test_metrics = trainer.predict(
-            splits["test"], ignore_keys=IGNORE_AT_INFERENCE, metric_key_prefix="test"
-        ).metrics
-        trainer.log_metrics("test", test_metrics)
-        trainer.save_metrics("test", test_metrics)
+    # 6. Train, evaluate and predict, as asked
+    train_metrics, eval_metrics, test_metrics = train_and_evaluate(
+        trainer, splits, training_args, bench, tokenizer
+    )
 
+    # 7. Write the summary, last
     return run_dir.write_summary(
         throughput.meter,
         status="ok",
