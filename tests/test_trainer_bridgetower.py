@@ -128,6 +128,12 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
         run_bridgetower.build_config(json.dumps(TINY))
     )
     assert summary["dataloader_num_workers"] == 1 and summary["global_batch_size"] == 4
+    # The FLOPs of one sample of the model trained (128 caption tokens, 294 px), counted at start.
+    assert summary["flops_per_sample"] == pytest.approx(
+        run_bridgetower.flops_per_sample(run_bridgetower.build_config(json.dumps(TINY)), 128)
+    )
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert summary["device_peak_tflops"] is None and summary["mfu"] is None
 
     with open(run_dir / "throughput.csv") as fh:
         rows = list(csv.DictReader(fh))

@@ -281,7 +281,7 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
             "fsdp",
         ]
         for cell in expanded:
-            model_args, _, args = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
+            model_args, _, args, _ = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
             variant = next(v for v in recipe.variants if v.name == cell.variant)
             for key, value in variant.args.items():
                 if key not in (recipe.scales[scale].args or {}):
@@ -352,6 +352,9 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     assert summary["status"] == "ok" and summary["unit"] == "img/s"
     assert summary["samples_per_second"] > 0 and summary["steps"] == 4 and summary["world_size"] == 1
     assert summary["global_batch_size"] == 4 and summary["process_group_backend"] == "gloo"
+    assert summary["flops_per_sample"] > 0
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert summary["device_peak_tflops"] is None and summary["mfu"] is None
     switches = dict(zip(rung[::2], rung[1::2], strict=True))
     for flag, value in switches.items():
         assert str(summary[flag.removeprefix("--")]) == value

@@ -340,6 +340,9 @@ def train(out, *args: str, env: dict | None = None, launcher: list[str] | None =
 def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     pretrain = train(tmp_path / "pretrain", "--img_size", "64", "--token_label_size", "4", "--lr", "1e-3")
     assert pretrain["token_label_size"] == 4 and pretrain["steps"] == 4
+    assert pretrain["flops_per_sample"] > 0
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert pretrain["device_peak_tflops"] is None and pretrain["mfu"] is None
     checkpoint = tmp_path / "pretrain" / "checkpoint" / "model.pt"
     assert checkpoint.exists()
 
@@ -350,6 +353,8 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     )  # fmt: skip
     assert finetune["pos_embed_resized"] == [[4, 4], [6, 6]]
     assert finetune["finetune_from"] == str(checkpoint) and finetune["token_label_size"] == 6
+    # Counted for the model trained: the same tiny VOLO costs more per sample at the higher resolution.
+    assert finetune["flops_per_sample"] > pretrain["flops_per_sample"]
 
     # The position embedding is the pretrained 4x4 grid, bicubically interpolated to 6x6.
     model = tiny_volo(96, num_classes=1000)

@@ -55,7 +55,8 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common.args import config_error, parse_command_line
+from reprokit_trainers.common import flops
+from reprokit_trainers.common.args import MfuArguments, config_error, parse_command_line
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import hf_throughput_callback
 from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
@@ -168,8 +169,9 @@ class DataTrainingArguments:
 
 
 @dataclass
-class BenchmarkArguments:
-    """The kit's own switches, and the Gaudi trainer's arguments as understood on other machines.
+class BenchmarkArguments(MfuArguments):
+    """The kit's own switches (MFU's among them), and the Gaudi trainer's arguments as understood on
+    other machines.
 
     Where optimum-habana is installed, GaudiTrainingArguments defines the Gaudi ones itself and
     they are dropped from here (see ``benchmark_arguments_class``).
@@ -298,6 +300,34 @@ def count_parameters(config: BridgeTowerConfig) -> int:
     with torch.device("meta"):
         model = BridgeTowerForContrastiveLearning(config)
     return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_sample(
+    config: BridgeTowerConfig, seq_len: int = 128, model_args: ModelArguments | None = None
+) -> float:
+    """FLOPs of one training sample (forward and backward, contrastive loss) of the model ``config``
+    builds, prepared as ``model_args`` say (frozen encoders need no weight gradients).
+
+    Captions are padded to ``max_seq_length`` (``seq_len``), so every sample costs the same.
+    """
+    size = config.vision_config.image_size
+
+    def build() -> BridgeTowerForContrastiveLearning:
+        model = BridgeTowerForContrastiveLearning(config)
+        if model_args is not None:
+            prepare_model(model, model_args)
+        return model
+
+    def step(model: BridgeTowerForContrastiveLearning, batch: int) -> torch.Tensor:
+        return model(
+            input_ids=torch.zeros(batch, seq_len, dtype=torch.long),
+            attention_mask=torch.ones(batch, seq_len, dtype=torch.long),
+            pixel_values=torch.zeros(batch, 3, size, size),
+            pixel_mask=torch.ones(batch, size, size, dtype=torch.long),
+            return_loss=True,
+        ).loss
+
+    return flops.count_training_flops(build, step)
 
 
 def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLearning, str, str | None]:
@@ -797,13 +827,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     tokenizer, tokenizer_source = load_tokenizer(model_args)
     image_size = model.config.vision_config.image_size
 
-    # 4. Load and preprocess the data: the hub's, else synthetic data of its shapes
+    # 4. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(
+        lambda: flops_per_sample(model.config, data_args.max_seq_length, model_args)
+    )
+
+    # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
     mediapipe = mediapipe_trainer(data_args, on_gaudi)
     splits, data_source, data_fallback = load_splits(
         model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe is not None
     )
 
-    # 5. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
+    # 6. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
     if on_gaudi:
         base, extra = gaudi_setup(bench, model_args)
     else:
@@ -842,12 +877,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "GaudiTrainer" if on_gaudi else "Trainer",
     )
 
-    # 6. Train, evaluate and predict, as asked
+    # 7. Train, evaluate and predict, as asked
     train_metrics, eval_metrics, test_metrics = train_and_evaluate(
         trainer, splits, training_args, bench, tokenizer
     )
 
-    # 7. Write the summary, last
+    # 8. Write the summary, last
     return run_dir.write_summary(
         throughput.meter,
         status="ok",
@@ -880,6 +915,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
+        **flops.summary_fields(
+            sample_flops,
+            throughput.meter.samples_per_second,
+            world_size,
+            flops.device_peak_tflops(bench.device_peak_tflops),
+        ),
     )
 
 

@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import HfArgumentParser
+
+
+@dataclass
+class MfuArguments:
+    """What every trainer's parser includes to report its model FLOPs utilization (flops.py)."""
+
+    device_peak_tflops: float | None = field(
+        default=None,
+        metadata={
+            "help": "the device's peak TFLOP/s for MFU, e.g. a measured bf16 matmul rate "
+            "(default: the datasheet's dense bf16/fp16 peak of a known GPU; none on CPUs)"
+        },
+    )
 
 
 def config_error(prog: str, message: str) -> SystemExit:

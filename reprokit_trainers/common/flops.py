@@ -1,22 +1,22 @@
-"""FLOPs of one training sample of each benchmarked model, counted, not estimated from a formula.
+"""FLOPs of one training sample, counted, not estimated from a formula; and the MFU they imply.
 
-The model is built on the meta device (no memory, no weights), one forward and backward pass of a
-batch runs under torch's FlopCounterMode, which counts the matmuls and convolutions the step
-dispatches. Model FLOPs utilization (MFU) is then samples/s x FLOPs per sample over the device's
-dense bf16/fp16 peak; it needs no GPU to count, only to measure the samples/s.
+Each trainer declares its FLOPs per sample (its ``flops_per_sample``) with ``count_training_flops``:
+its model is built on the meta device (no memory, no weights) and one forward and backward pass
+of a small batch runs under torch's FlopCounterMode, which counts the matmuls and convolutions
+the step dispatches. Model FLOPs utilization (MFU) is then samples/s x FLOPs per sample over the
+devices' dense bf16/fp16 peak: counting needs no GPU, only measuring the samples/s does.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
 import torch
-import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parent.parent
+from .distributed import is_main_process, log
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from the vendors' datasheets, in TFLOP/s, by a
 # substring of torch.cuda.get_device_name(). Order matters: the first match wins.
@@ -28,29 +28,18 @@ PEAK_TFLOPS = (
     ("GH200", 989.4),
     ("A100", 312.0),
 )
-# BridgeTower captions are padded to max_seq_length (run_bridgetower.py), so a sample's cost is fixed.
-BRIDGETOWER_SEQ_LEN = 128
 
 
-def peak_tflops(device_name: str) -> float | None:
-    for key, peak in PEAK_TFLOPS:
-        if key in device_name:
-            return peak
-    return None
-
-
-def mfu(flops_per_sample: float, per_second: float, device_name: str, devices: int = 1) -> float | None:
-    """Model FLOPs utilization of `devices` devices together at `per_second` samples/s."""
-    peak = peak_tflops(device_name)
-    if peak is None or not per_second:
-        return None
-    return flops_per_sample * per_second / (peak * 1e12 * devices)
-
-
-def _count(
-    build: Callable[[], torch.nn.Module], step: Callable[[torch.nn.Module, int], torch.Tensor]
+def count_training_flops(
+    build: Callable[[], torch.nn.Module],
+    step: Callable[[torch.nn.Module, int], torch.Tensor],
+    batch: int = 2,
 ) -> float:
-    batch = 2
+    """FLOPs per sample of ``step(model, batch).backward()`` on the model ``build()`` makes, in train mode.
+
+    ``step`` runs the forward pass on a batch of zeros and returns what backward starts from;
+    a batch of 2 keeps batch-wise losses (contrastive ones) meaningful.
+    """
     with torch.device("meta"):
         model = build()
         model.train()
@@ -59,50 +48,55 @@ def _count(
     return counter.get_total_flops() / batch
 
 
-def _recipe(name: str) -> dict:
-    return yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())
+def count_on_main_process(count: Callable[[], float]) -> float | None:
+    """``count()`` on global rank 0 only (the one that writes summary.json), with what it took.
 
-
-def bridgetower(architecture: dict | None = None, seq_len: int = BRIDGETOWER_SEQ_LEN) -> float:
-    """BridgeTowerForContrastiveLearning with its contrastive loss (the recipe's large one by default)."""
-    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
-
-    config = BridgeTowerConfig(**(architecture or _recipe("bridgetower")["model"]["architecture"]))
-    size = config.vision_config.image_size
-
-    def step(model, batch):
-        return model(
-            input_ids=torch.zeros(batch, seq_len, dtype=torch.long),
-            attention_mask=torch.ones(batch, seq_len, dtype=torch.long),
-            pixel_values=torch.zeros(batch, 3, size, size),
-            pixel_mask=torch.ones(batch, size, size, dtype=torch.long),
-            return_loss=True,
-        ).loss
-
-    return _count(lambda: BridgeTowerForContrastiveLearning(config), step)
-
-
-def volo(model_name: str = "volo_d5", img_size: int = 224, kwargs: dict | None = None) -> float:
-    """timm's VOLO as run_volo.py builds it, class and token-label (aux) heads both trained."""
-    from reprokit_trainers.volo import run_volo
-
-    args = run_volo.ModelArguments(
-        model_name_or_path=model_name, model_kwargs_json=json.dumps(kwargs) if kwargs else None
+    Called before the first training step, so the count is never inside the timed steps.
+    """
+    if not is_main_process():
+        return None
+    start = time.perf_counter()
+    flops = count()
+    log(
+        f"{flops / 1e9:.1f} GFLOP per training sample (counted on the meta device in {time.perf_counter() - start:.1f} s)"
     )
-
-    def step(model, batch):
-        outputs = model(torch.zeros(batch, 3, img_size, img_size))
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        return sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor))
-
-    return _count(lambda: run_volo.build_model(args, img_size)[0], step)
+    return flops
 
 
-def vit(size: str = "b16", img_size: int = 224, **switches) -> float:
-    """The pycls ViT of run_vit.py (classifier and layout switches change the count slightly)."""
-    from reprokit_trainers.vit.model import build_vit
+def peak_tflops(device_name: str) -> float | None:
+    """The datasheet peak of a device by its name; None for devices not in the table (CPUs)."""
+    for key, peak in PEAK_TFLOPS:
+        if key in device_name:
+            return peak
+    return None
 
-    def step(model, batch):
-        return model(torch.zeros(batch, 3, img_size, img_size)).sum()
 
-    return _count(lambda: build_vit(size, {"image_size": img_size}, **switches), step)
+def device_peak_tflops(override: float | None = None) -> float | None:
+    """This process's device peak: ``override`` when given (e.g. a measured bf16 matmul rate), else
+    the table's for the CUDA device, else None."""
+    if override is not None:
+        return override
+    if torch.cuda.is_available():
+        return peak_tflops(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return None
+
+
+def mfu(
+    flops_per_sample: float | None, per_second: float | None, peak: float | None, devices: int = 1
+) -> float | None:
+    """Model FLOPs utilization of ``devices`` devices of ``peak`` TFLOP/s together at ``per_second``
+    samples/s; None when any of them is unknown."""
+    if not flops_per_sample or not per_second or not peak:
+        return None
+    return flops_per_sample * per_second / (devices * peak * 1e12)
+
+
+def summary_fields(
+    flops_per_sample: float | None, samples_per_second: float | None, world_size: int, peak: float | None
+) -> dict[str, Any]:
+    """What summary.json says of the run's FLOPs: per sample, the device peak and the MFU."""
+    return {
+        "flops_per_sample": flops_per_sample,
+        "device_peak_tflops": peak,
+        "mfu": mfu(flops_per_sample, samples_per_second, peak, world_size),
+    }

@@ -51,8 +51,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from reprokit_trainers.common import imagenet
-from reprokit_trainers.common.args import one_line_errors, parse_command_line
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -166,6 +166,19 @@ def build_model(args: ModelArguments) -> ViT:
         model_size(args), overrides, classifier=args.classifier, layout=args.layout, attention=args.attention
     )
     return ViT(config)
+
+
+def flops_per_sample(args: ModelArguments) -> float:
+    """FLOPs of one training sample (forward and backward) of the ViT these arguments build.
+
+    The classifier and layout switches change the count slightly (one token more or less); the
+    precision does not.
+    """
+
+    def step(model: nn.Module, batch: int) -> torch.Tensor:
+        return model(torch.zeros(batch, 3, args.img_size, args.img_size)).sum()
+
+    return flops.count_training_flops(lambda: build_model(args), step)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -397,8 +410,10 @@ def train(
     return step
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments), argv)
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -409,7 +424,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
     warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
-    model_args, data_args, train_args = parse_args(argv)
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -451,12 +466,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         f"{world} = {global_batch}, {rung}, data {data_info['data']}, {dist.get_backend()} on {device}"
     )
 
-    # 5. Train
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args))
+
+    # 6. Train
     logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
     train(model, optimizer, scaler, loader, train_args, prec, device, logger)
     logger.close()
 
-    # 6. Write the summary, last
+    # 7. Write the summary, last
     meter = logger.meter
     summary = run_dir.write_summary(
         meter,
@@ -482,8 +500,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         final_loss=logger.last_loss,
         # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
         train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args)},
+        args={**asdict(model_args), **asdict(data_args), **asdict(train_args), **asdict(mfu_args)},
         **data_info,
+        **flops.summary_fields(
+            sample_flops,
+            meter.samples_per_second,
+            world,
+            flops.device_peak_tflops(mfu_args.device_peak_tflops),
+        ),
     )
     destroy_process_group()
     return summary

@@ -39,8 +39,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import imagenet
-from reprokit_trainers.common.args import one_line_errors, parse_command_line
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -198,6 +198,18 @@ def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, d
         img_size=img_size, num_classes=args.num_classes, drop_path_rate=args.drop_path, **architecture
     )
     return model, architecture
+
+
+def flops_per_sample(args: ModelArguments, img_size: int) -> float:
+    """FLOPs of one training sample (forward and backward) of the VOLO these arguments build at
+    ``img_size``: the class head and the token-label (aux) head both trained."""
+
+    def step(model: torch.nn.Module, batch: int) -> torch.Tensor:
+        outputs = model(torch.zeros(batch, 3, img_size, img_size))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor))
+
+    return flops.count_training_flops(lambda: build_model(args, img_size)[0], step)
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -481,8 +493,10 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
     return path
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments), argv)
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -490,7 +504,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
-    model_args, data_args, train_args = parse_args(argv)
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
 
     # 2. Join the process group (torchrun's; a process started alone trains without one)
     device = accelerator_device()
@@ -520,19 +534,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             f"finetuning from {run.finetuned['finetune_from']}, pos_embed {run.finetuned['pos_embed_resized']}"
         )
 
-    # 5. Train
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args, run.img_size))
+
+    # 6. Train
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as main.py: fixed shapes, let cuDNN pick kernels
     logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
     steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
 
-    # 6. Save the weights (what --finetune reads)
+    # 7. Save the weights (what --finetune reads)
     checkpoint = (
         save_checkpoint(run, model_args, train_args.output_dir, steps) if train_args.save_checkpoint else None
     )
 
-    # 7. Write the summary, last
+    # 8. Write the summary, last
     meter = logger.meter
     summary = run_dir.write_summary(
         meter,
@@ -554,9 +571,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
         train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
         checkpoint=str(checkpoint) if checkpoint else None,
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args)},
+        args={**asdict(model_args), **asdict(data_args), **asdict(train_args), **asdict(mfu_args)},
         **run.data_info,
         **run.finetuned,
+        **flops.summary_fields(
+            sample_flops,
+            meter.samples_per_second,
+            world,
+            flops.device_peak_tflops(mfu_args.device_peak_tflops),
+        ),
     )
     destroy_process_group()
     return summary
