@@ -58,7 +58,7 @@ def count_on_main_process(count: Callable[[], float]) -> float | None:
     start = time.perf_counter()
     flops = count()
     log(
-        f"{flops / 1e9:.1f} GFLOP per training sample (counted on the meta device in {time.perf_counter() - start:.1f} s)"
+        f"{flops / 1e9:.4g} GFLOP per training sample (counted on the meta device in {time.perf_counter() - start:.1f} s)"
     )
     return flops
 
