@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "reprokit_trainers"
 HOST = "reprokit"
+RECIPES = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit-speedups"}  # trainer -> its recipe
 
 # A few steps of each trainer at the smallest size that builds, on synthetic data.
 TINY_BRIDGETOWER = {
@@ -64,6 +65,23 @@ SMOKE = {
 
 def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_commands():
+    yaml = pytest.importorskip("yaml")
+    for name, recipe in RECIPES.items():
+        folder = PACKAGE / name
+        assert (folder / "__main__.py").exists() and (folder / f"run_{name}.py").exists()
+        readme = (folder / "README.md").read_text()
+        assert f"python -m reprokit_trainers.{name} " in readme and "torchrun --standalone" in readme
+        assert "## Departures" in readme
+        published = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text()).get(
+            "published_commands"
+        )
+        for variant, command in (published or {}).items():
+            assert command in readme, (
+                f"{name}/README.md lacks the published {variant} command as the recipe holds it"
+            )
 
 
 def test_no_module_edits_sys_path():
