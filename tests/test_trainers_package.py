@@ -126,9 +126,11 @@ def test_the_device_peak_is_the_given_one_or_the_datasheets():
     assert flops.device_peak_tflops(400.0) == 400.0
     if not torch.cuda.is_available():
         assert flops.device_peak_tflops() is None
-    fields = flops.summary_fields(2e9, 100.0, world_size=2, peak=1.0)
+    fields = flops.summary_fields(2e9, 100.0, world_size=2, device_peak=1.0)
     assert fields == {"flops_per_sample": 2e9, "device_peak_tflops": 1.0, "mfu": pytest.approx(0.1)}
-    assert flops.summary_fields(2e9, None, world_size=1, peak=1.0)["mfu"] is None  # never past the warm-up
+    assert (
+        flops.summary_fields(2e9, None, world_size=1, device_peak=1.0)["mfu"] is None
+    )  # never past the warm-up
 
 
 @pytest.mark.slow

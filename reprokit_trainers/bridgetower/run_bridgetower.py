@@ -916,10 +916,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
         **flops.summary_fields(
-            sample_flops,
-            throughput.meter.samples_per_second,
-            world_size,
-            flops.device_peak_tflops(bench.device_peak_tflops),
+            sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
         ),
     )
 

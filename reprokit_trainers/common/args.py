@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from transformers import HfArgumentParser
@@ -27,6 +27,11 @@ class MfuArguments:
             "(default: the datasheet's dense bf16/fp16 peak of a known GPU; none on CPUs)"
         },
     )
+
+
+def arguments_dict(*parsed: Any) -> dict[str, Any]:
+    """Every argument of a run, from its parsed dataclasses: what summary.json records as ``args``."""
+    return {name: value for arguments in parsed for name, value in asdict(arguments).items()}
 
 
 def config_error(prog: str, message: str) -> SystemExit:

@@ -92,9 +92,14 @@ def mfu(
 
 
 def summary_fields(
-    flops_per_sample: float | None, samples_per_second: float | None, world_size: int, peak: float | None
+    flops_per_sample: float | None,
+    samples_per_second: float | None,
+    world_size: int,
+    device_peak: float | None = None,
 ) -> dict[str, Any]:
-    """What summary.json says of the run's FLOPs: per sample, the device peak and the MFU."""
+    """What summary.json says of the run's FLOPs: per sample, the device peak (``device_peak``,
+    e.g. ``--device_peak_tflops``, else this device's datasheet peak) and the MFU."""
+    peak = device_peak_tflops(device_peak)
     return {
         "flops_per_sample": flops_per_sample,
         "device_peak_tflops": peak,

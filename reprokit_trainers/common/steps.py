@@ -52,6 +52,14 @@ class StepLogger:
                 f"step {step} epoch {epoch:.3f} loss {value:.4f} lr {lr:.3e} {row['samples_per_second']:.1f} img/s"
             )
 
+    def summary_fields(self) -> dict[str, Any]:
+        """What summary.json says of the loop, beside the meter's own figures."""
+        return {
+            "final_loss": self.last_loss,
+            # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
+            "train_samples_per_second": self.meter.samples / max(self.meter.elapsed, 1e-9),
+        }
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

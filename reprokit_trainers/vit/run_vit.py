@@ -41,7 +41,7 @@ import random
 import re
 import warnings
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ from PIL import Image
 from torch import nn
 
 from reprokit_trainers.common import flops, imagenet
-from reprokit_trainers.common.args import MfuArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -137,6 +137,12 @@ class TrainArguments:
     logging_steps: int = field(default=100, metadata={"help": "pycls LOG_PERIOD"})
     throughput_warmup_steps: int = field(default=10)
     seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -410,12 +416,6 @@ def train(
     return step
 
 
-def parse_args(
-    argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
@@ -497,17 +497,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch_size=global_batch,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(loader),
-        final_loss=logger.last_loss,
-        # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
-        train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args), **asdict(mfu_args)},
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
         **data_info,
-        **flops.summary_fields(
-            sample_flops,
-            meter.samples_per_second,
-            world,
-            flops.device_peak_tflops(mfu_args.device_peak_tflops),
-        ),
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
     )
     destroy_process_group()
     return summary

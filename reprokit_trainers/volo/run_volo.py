@@ -31,7 +31,7 @@ import random
 import re
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from reprokit_trainers.common import flops, imagenet
-from reprokit_trainers.common.args import MfuArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -171,6 +171,12 @@ class TrainArguments:
     throughput_warmup_steps: int = field(default=5)
     seed: int = field(default=42)
     save_checkpoint: bool = field(default=True)
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -493,12 +499,6 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
     return path
 
 
-def parse_args(
-    argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
@@ -567,19 +567,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(run.loader),
         epochs_scheduled=epochs,
-        final_loss=logger.last_loss,
-        # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
-        train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
         checkpoint=str(checkpoint) if checkpoint else None,
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args), **asdict(mfu_args)},
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
         **run.data_info,
         **run.finetuned,
-        **flops.summary_fields(
-            sample_flops,
-            meter.samples_per_second,
-            world,
-            flops.device_peak_tflops(mfu_args.device_peak_tflops),
-        ),
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
     )
     destroy_process_group()
     return summary
