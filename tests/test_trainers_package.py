@@ -5,6 +5,7 @@ host package `reprokit` (the two sides meet only in the run directory)."""
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import os
 import subprocess
@@ -131,6 +132,17 @@ def test_the_device_peak_is_the_given_one_or_the_datasheets():
     assert (
         flops.summary_fields(2e9, None, world_size=1, device_peak=1.0)["mfu"] is None
     )  # never past the warm-up
+
+
+@pytest.mark.parametrize("name", list(SMOKE))
+def test_a_device_peak_that_is_not_positive_is_a_one_line_error(tmp_path, name):
+    pytest.importorskip("timm")
+    trainer = importlib.import_module(f"reprokit_trainers.{name}.run_{name}")
+    something_to_do = ["--do_train"] if name == "bridgetower" else []
+    with pytest.raises(SystemExit) as stopped:
+        trainer.parse_args(["--output_dir", str(tmp_path), *something_to_do, "--device_peak_tflops", "0"])
+    message = str(stopped.value.code)
+    assert message == f"run_{name}.py: error: --device_peak_tflops 0.0: a peak is a positive TFLOP/s"
 
 
 @pytest.mark.slow

@@ -56,7 +56,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from reprokit_trainers.common import flops
-from reprokit_trainers.common.args import MfuArguments, config_error, parse_command_line
+from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import hf_throughput_callback
 from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
@@ -242,15 +242,16 @@ def parse_args(
         (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
         argv,
     )
-    # One view of the benchmark settings, wherever each was parsed.
-    bench = BenchmarkArguments(
-        **{
-            f.name: getattr(parsed_bench, f.name)
-            if hasattr(parsed_bench, f.name)
-            else getattr(training_args, f.name)
-            for f in dataclasses.fields(BenchmarkArguments)
-        }
-    )
+    # One view of the benchmark settings, wherever each was parsed (its own checks run here too).
+    with one_line_errors(PROG, ValueError):
+        bench = BenchmarkArguments(
+            **{
+                f.name: getattr(parsed_bench, f.name)
+                if hasattr(parsed_bench, f.name)
+                else getattr(training_args, f.name)
+                for f in dataclasses.fields(BenchmarkArguments)
+            }
+        )
     check_accelerator_flags(bench, training_args, gaudi)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")

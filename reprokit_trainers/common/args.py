@@ -28,6 +28,10 @@ class MfuArguments:
         },
     )
 
+    def __post_init__(self) -> None:
+        if self.device_peak_tflops is not None and not self.device_peak_tflops > 0:
+            raise ValueError(f"--device_peak_tflops {self.device_peak_tflops}: a peak is a positive TFLOP/s")
+
 
 def arguments_dict(*parsed: Any) -> dict[str, Any]:
     """Every argument of a run, from its parsed dataclasses: what summary.json records as ``args``."""
