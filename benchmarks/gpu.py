@@ -3,14 +3,16 @@
 Each cell is the recipe's own (`inv show RECIPE --accelerator cuda --scale published`), run on one
 device by the kit's local runtime, with the changes a benchmark needs and nothing else: a fixed
 number of steps, random weights and synthetic data of the real shapes (no hub here), no
-evaluation. The samples/s are the trainers' own (summary.json, after the warm-up steps); MFU comes
-from the FLOPs counted in flops.py. Published figures are whole-node numbers, compared per device.
+evaluation. The samples/s and the MFU are the trainers' own (summary.json: samples/s after the
+warm-up steps, MFU from the FLOPs per sample each trainer counts); a run without them gets the
+FLOPs from the trainer's own count. Published figures are whole-node numbers, compared per device.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -18,7 +20,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from reprokit import accelerators, cells, recipes, render  # noqa: E402
 from reprokit.runtimes.local import LocalRuntime  # noqa: E402
@@ -62,16 +63,22 @@ def planned(steps: int) -> list[cells.Cell]:
     return planned_cells
 
 
+def trainer_module(script: str) -> str:
+    """The module of a recipe's trainer: run_volo.py is reprokit_trainers.volo.run_volo."""
+    stem = Path(script).stem
+    return f"reprokit_trainers.{stem.removeprefix('run_')}.{stem}"
+
+
 def check_arguments(cell: cells.Cell) -> None:
     """The trainer accepts the cell's arguments (its own parser), so a GPU hour is not lost to a typo."""
-    trainer = importlib.import_module(Path(cell.trainer).stem)
+    trainer = importlib.import_module(trainer_module(cell.trainer))
     trainer.parse_args(["--output_dir", "/tmp/unused", *cell.argv()])
 
 
 def flops_per_sample(cell: cells.Cell) -> float:
     args = cell.args
     if cell.recipe == "bridgetower":
-        return _counted("bridgetower")
+        return _counted("bridgetower", json.dumps(args["model_config_json"], sort_keys=True))
     if cell.recipe == "volo":
         return _counted("volo", args["model_name_or_path"].rsplit("_", 1)[0], int(args["img_size"]))
     return _counted("vit", args["model_size"], int(args["img_size"]), args["classifier"], args["layout"])
@@ -79,13 +86,24 @@ def flops_per_sample(cell: cells.Cell) -> float:
 
 @functools.cache
 def _counted(model: str, *key: Any) -> float:
-    """One count per distinct model: the ladder's rungs and the loader variants share theirs."""
-    import flops
+    """One count per distinct model, by the trainer's own function: the ladder's rungs and the
+    loader variants share theirs."""
+    if model == "bridgetower":
+        from reprokit_trainers.bridgetower import run_bridgetower
 
-    if model == "vit":
-        size, img_size, classifier, layout = key
-        return flops.vit(size, img_size, classifier=classifier, layout=layout)
-    return getattr(flops, model)(*key)
+        (architecture,) = key
+        return run_bridgetower.flops_per_sample(run_bridgetower.build_config(architecture))
+    if model == "volo":
+        from reprokit_trainers.volo import run_volo
+
+        name, img_size = key
+        return run_volo.flops_per_sample(run_volo.ModelArguments(model_name_or_path=name), img_size)
+    from reprokit_trainers.vit import run_vit
+
+    size, img_size, classifier, layout = key
+    return run_vit.flops_per_sample(
+        run_vit.ModelArguments(model_size=size, img_size=img_size, classifier=classifier, layout=layout)
+    )
 
 
 def published_per_device(cell: cells.Cell) -> tuple[float | None, str]:
@@ -97,23 +115,28 @@ def published_per_device(cell: cells.Cell) -> tuple[float | None, str]:
 
 
 def row(cell: cells.Cell, summary: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
-    import flops
+    from reprokit_trainers.common import flops
 
-    count = flops_per_sample(cell)
-    measured = (summary or {}).get("samples_per_second") if (summary or {}).get("status") == "ok" else None
+    summary = summary or {}
+    count = summary.get("flops_per_sample") or flops_per_sample(cell)
+    measured = summary.get("samples_per_second") if summary.get("status") == "ok" else None
+    if "mfu" in summary:  # the trainer's own, from its device's peak (or --device_peak_tflops)
+        utilization = summary["mfu"] if measured else None
+    else:
+        utilization = flops.mfu(count, measured, flops.peak_tflops(device_name))
     published, source = published_per_device(cell)
     return {
         "cell": cell.cell_id,
-        "status": (summary or {}).get("status", "not run"),
+        "status": summary.get("status", "not run"),
         "per_second": measured,
         "unit": cell.unit,
         "published_per_device": published,
         "published": source,
         "ratio": measured / published if measured and published else None,
         "gflop_per_sample": count / 1e9,
-        "mfu": flops.mfu(count, measured, device_name) if measured else None,
-        "peak_memory_gib": ((summary or {}).get("peak_memory_bytes") or 0) / 2**30,
-        "error": (summary or {}).get("error", ""),
+        "mfu": utilization,
+        "peak_memory_gib": (summary.get("peak_memory_bytes") or 0) / 2**30,
+        "error": summary.get("error", ""),
     }
 
 

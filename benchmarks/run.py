@@ -9,8 +9,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
   `reprokit` (which must not import torch).
 
-It also counts the FLOPs of one training sample of each benchmarked model (flops.py) and the
-model FLOPs utilization the published figures imply.
+It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
+flops_per_sample) and the model FLOPs utilization the published figures imply.
 
 The GPU suite (gpu.py) runs the recipes' published cells on one GPU for a few dozen steps through
 the kit's local runtime and reads their summary.json: nothing there is estimated.
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 RESULTS = ROOT / "benchmarks" / "results"
 
 # New Yorker cartoon sizes, as the BridgeTower recipe synthesizes them.
@@ -40,15 +39,17 @@ TOLERANCE = {"kit": 0.01, "kit-draft": 0.10}
 
 def _images(count: int, seed: int = 0) -> list[bytes]:
     import numpy as np
-    from synthetic import jpeg_bytes, sample_sizes
+
+    from reprokit_trainers.common.synthetic import jpeg_bytes, sample_sizes
 
     rng = np.random.default_rng(seed)
     return [jpeg_bytes(w, h, rng) for w, h in sample_sizes(count, rng, WIDTHS, HEIGHTS)]
 
 
 def _hf_processor():
-    from fastimage import CLIP_MEAN, CLIP_STD
     from transformers import BridgeTowerImageProcessor
+
+    from reprokit_trainers.bridgetower.fastimage import CLIP_MEAN, CLIP_STD
 
     processor = BridgeTowerImageProcessor(
         size={"shortest_edge": IMAGE_SIZE},
@@ -75,7 +76,7 @@ def _hf_processor():
 
 
 def _paths():
-    from fastimage import FastImageTransform, published_transform
+    from reprokit_trainers.bridgetower.fastimage import FastImageTransform, published_transform
 
     return {
         "published": published_transform(IMAGE_SIZE),
@@ -187,17 +188,45 @@ def overhead() -> list[dict]:
 
 
 def model_flops() -> list[dict]:
-    """FLOPs per training sample, counted, and the MFU the published figures imply."""
-    import flops
+    """FLOPs per training sample, counted by the trainers, and the MFU the published figures imply."""
+    import json
 
+    import yaml
+
+    from reprokit_trainers.bridgetower import run_bridgetower
+    from reprokit_trainers.common import flops
+    from reprokit_trainers.vit import run_vit
+    from reprokit_trainers.volo import run_volo
+
+    # The recipe's large architecture, captions padded to 128 tokens as the trainer does.
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    bridgetower = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
     published = [
-        ("BridgeTower-large, 294 px + 128 tokens", flops.bridgetower(), "H100", 602.1, 8),
-        ("VOLO-D5 at 224 (token labeling)", flops.volo("volo_d5", 224), "A100", 500.0, 8),
-        ("ViT-B/16 at 224 (pycls, class token)", flops.vit("b16", 224), None, None, None),
+        (
+            "BridgeTower-large, 294 px + 128 tokens",
+            run_bridgetower.flops_per_sample(bridgetower, 128),
+            "H100",
+            602.1,
+            8,
+        ),
+        (
+            "VOLO-D5 at 224 (token labeling)",
+            run_volo.flops_per_sample(run_volo.ModelArguments(model_name_or_path="volo_d5"), 224),
+            "A100",
+            500.0,
+            8,
+        ),
+        (
+            "ViT-B/16 at 224 (pycls, class token)",
+            run_vit.flops_per_sample(run_vit.ModelArguments(model_size="b16", img_size=224)),
+            None,
+            None,
+            None,
+        ),
     ]
     rows = []
     for name, count, device, value, devices in published:
-        implied = flops.mfu(count, value, device, devices) if device else None
+        implied = flops.mfu(count, value, flops.peak_tflops(device), devices) if device else None
         rows.append(
             {
                 "suite": "flops",
@@ -248,7 +277,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.gpu:
-        import gpu
+        from benchmarks import gpu
 
         if args.dry_run:
             print("\n".join(gpu.dry_run(args.steps)))
@@ -283,4 +312,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if not __package__:
+        # `make bench` runs this file by its path, which puts benchmarks/ on sys.path, not the
+        # checkout's root: run it as the module it is, from the root, where the trainers' package
+        # imports as it does under `python -m` and pytest.
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]])
     main()

@@ -1,5 +1,5 @@
 """The benchmark harness: what `make bench-gpu` would run is checked on any machine, and the FLOP
-counts behind its MFU column are right."""
+counts behind its MFU column (the trainers' own) are right."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-flops = pytest.importorskip("flops")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from reprokit_trainers.common import flops  # noqa: E402
+from reprokit_trainers.vit import run_vit  # noqa: E402
 
 
 def test_the_gpu_suite_dry_run_prints_the_published_cells_on_one_device_with_checked_arguments():
@@ -53,12 +56,16 @@ def vit_forward_flops(depth: int, width: int, mlp: int, tokens: int, patch_pixel
 
 
 def test_the_counted_vit_b16_flops_match_the_closed_form():
-    counted = flops.vit("b16", 224, classifier="token", layout="batch_first")
+    counted = run_vit.flops_per_sample(
+        run_vit.ModelArguments(model_size="b16", img_size=224, classifier="token", layout="batch_first")
+    )
     by_hand = 3 * vit_forward_flops(12, 768, 3072, 14 * 14 + 1, 3 * 16 * 16, 1000)  # backward = 2x forward
     assert counted == pytest.approx(by_hand, rel=0.01)
 
 
 def test_mfu_is_achieved_over_peak_flops_of_the_named_device():
-    assert flops.mfu(1e12, 98.94, "NVIDIA H100 80GB HBM3") == pytest.approx(0.1)
-    assert flops.mfu(1e12, 98.94, "NVIDIA H100 80GB HBM3", devices=2) == pytest.approx(0.05)
-    assert flops.mfu(1e12, 100.0, "Some Unknown GPU") is None
+    h100 = flops.peak_tflops("NVIDIA H100 80GB HBM3")
+    assert flops.mfu(1e12, 98.94, h100) == pytest.approx(0.1)
+    assert flops.mfu(1e12, 98.94, h100, devices=2) == pytest.approx(0.05)
+    assert flops.peak_tflops("NVIDIA H100 PCIe") == 756.0  # the first match wins: not the SXM's peak
+    assert flops.mfu(1e12, 100.0, flops.peak_tflops("Some Unknown GPU")) is None

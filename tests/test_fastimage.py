@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import io
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
 torch = pytest.importorskip("torch")
 
-from fastimage import FastImageTransform, decode_batch_on_device, published_transform  # noqa: E402
-from synthetic import jpeg_bytes  # noqa: E402
+from reprokit_trainers.bridgetower.fastimage import (  # noqa: E402
+    FastImageTransform,
+    decode_batch_on_device,
+    published_transform,
+)
+from reprokit_trainers.common.synthetic import jpeg_bytes  # noqa: E402
 
 # torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec; it is still the one to test.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -16,18 +16,18 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-import run_bridgetower  # noqa: E402
-from synthetic import cartoon_jpeg_bytes  # noqa: E402
 from transformers import TrainingArguments  # noqa: E402
+
+from reprokit_trainers.bridgetower import run_bridgetower  # noqa: E402
+from reprokit_trainers.common.synthetic import cartoon_jpeg_bytes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
-TRAINER = str(ROOT / "scripts" / "run_bridgetower.py")
+TRAINER = ["-m", "reprokit_trainers.bridgetower"]  # run from ROOT, as a user would
 # The smallest BridgeTower that builds: the vision encoder has hidden_size // 64 heads, so 64 at least.
 TINY = {
     "text_config": {
@@ -95,8 +95,10 @@ def train(
     tmp_path: Path, *args: str, launcher: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess, Path]:
     run_dir = tmp_path / "run"
-    command = [sys.executable, *launcher, TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, *args]
-    result = subprocess.run(command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=300)
+    command = [sys.executable, *launcher, *TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, *args]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=300, cwd=ROOT
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, run_dir
 
@@ -126,6 +128,12 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
         run_bridgetower.build_config(json.dumps(TINY))
     )
     assert summary["dataloader_num_workers"] == 1 and summary["global_batch_size"] == 4
+    # The FLOPs of one sample of the model trained (128 caption tokens, 294 px), counted at start.
+    assert summary["flops_per_sample"] == pytest.approx(
+        run_bridgetower.flops_per_sample(run_bridgetower.build_config(json.dumps(TINY)), 128)
+    )
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert summary["device_peak_tflops"] is None and summary["mfu"] is None
 
     with open(run_dir / "throughput.csv") as fh:
         rows = list(csv.DictReader(fh))
@@ -259,8 +267,10 @@ def test_gaudi_only_flags_are_refused_elsewhere(tmp_path, flag):
     run_bridgetower.habana_available(), reason="optimum-habana is installed: Gaudi flags are valid"
 )
 def test_a_gaudi_flag_ends_the_command_in_one_line_without_a_traceback(tmp_path):
-    command = [sys.executable, TRAINER, "--output_dir", str(tmp_path / "run"), "--use_habana", "--do_train"]
-    result = subprocess.run(command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=120)
+    command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), "--use_habana", "--do_train"]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=120, cwd=ROOT
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert (

@@ -12,19 +12,20 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import run_vit  # noqa: E402
-import vit_model  # noqa: E402
 from torch import nn  # noqa: E402
+
+from reprokit_trainers.common import distributed  # noqa: E402
+from reprokit_trainers.vit import model as vit_model  # noqa: E402
+from reprokit_trainers.vit import run_vit  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
 )
 
-TRAINER = str(ROOT / "scripts" / "run_vit.py")
+TRAINER = ["-m", "reprokit_trainers.vit"]  # run from ROOT, as a user would
 IMG = 32  # a 2 x 2 patch grid at patch size 16
 
 
@@ -45,7 +46,7 @@ def train_args(**overrides) -> run_vit.TrainArguments:
 @pytest.fixture
 def process_group():
     """The trainer's 1-rank gloo group (what a run without torchrun joins), torn down afterwards."""
-    rank, world = run_vit.init_distributed(torch.device("cpu"))
+    rank, world = distributed.init_process_group(torch.device("cpu"), single_process_group=True)
     yield rank, world
     torch.distributed.destroy_process_group()
 
@@ -269,7 +270,6 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
     from reprokit import cells, recipes
 
     recipe = recipes.load("vit-speedups")
-    parser = run_vit.HfArgumentParser((run_vit.ModelArguments, run_vit.DataArguments, run_vit.TrainArguments))
     for accelerator, scale in (("cpu", "smoke"), ("cuda", "published")):
         expanded = cells.expand(recipe, "vit-speedups", accelerator, scale)
         assert [c.variant for c in expanded][:6] == [
@@ -281,9 +281,7 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
             "fsdp",
         ]
         for cell in expanded:
-            model_args, _, args = parser.parse_args_into_dataclasses(
-                args=["--output_dir", "x", *cells.to_argv(cell.args)]
-            )
+            model_args, _, args, _ = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
             variant = next(v for v in recipe.variants if v.name == cell.variant)
             for key, value in variant.args.items():
                 if key not in (recipe.scales[scale].args or {}):
@@ -296,7 +294,7 @@ def run_trainer(tmp_path, *extra: str) -> dict:
     result = subprocess.run(
         [
             sys.executable,
-            TRAINER,
+            *TRAINER,
             "--output_dir",
             str(out),
             "--model_name_or_path",
@@ -330,6 +328,7 @@ def run_trainer(tmp_path, *extra: str) -> dict:
         text=True,
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},  # one thread: 2 shared cores thrash with more
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return {"out": out, "stdout": result.stdout, "summary": json.loads((out / "summary.json").read_text())}
@@ -353,6 +352,9 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     assert summary["status"] == "ok" and summary["unit"] == "img/s"
     assert summary["samples_per_second"] > 0 and summary["steps"] == 4 and summary["world_size"] == 1
     assert summary["global_batch_size"] == 4 and summary["process_group_backend"] == "gloo"
+    assert summary["flops_per_sample"] > 0
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert summary["device_peak_tflops"] is None and summary["mfu"] is None
     switches = dict(zip(rung[::2], rung[1::2], strict=True))
     for flag, value in switches.items():
         assert str(summary[flag.removeprefix("--")]) == value
@@ -366,7 +368,8 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
 
 def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     result = subprocess.run(
-        [sys.executable, TRAINER, "--output_dir", str(tmp_path / "x"), "--amp", "fp8"],
+        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), "--amp", "fp8"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,15 +13,14 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
 
-import imagedata  # noqa: E402
-import run_volo  # noqa: E402
-import tokenlabel  # noqa: E402
 from PIL import Image  # noqa: E402
-from tokenlabel import TokenTargets  # noqa: E402
+
+from reprokit_trainers.common import imagenet  # noqa: E402
+from reprokit_trainers.volo import run_volo, tokenlabel  # noqa: E402
+from reprokit_trainers.volo.tokenlabel import TokenTargets  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -31,7 +30,7 @@ TINY = {
     "num_heads": [1, 2, 2, 2],
     "stem_hidden_dim": 16,
 }
-TRAINER = str(ROOT / "scripts" / "run_volo.py")
+TRAINER = ["-m", "reprokit_trainers.volo"]  # run from ROOT, as a user would
 
 
 def tiny_volo(img_size: int = 64, num_classes: int = 10) -> torch.nn.Module:
@@ -283,7 +282,7 @@ def test_the_crop_box_is_in_the_flipped_images_coordinates():
     array = np.zeros((200, 300, 3), dtype=np.uint8)
     array[:, 150:] = 255
     image = Image.fromarray(array)
-    transform = imagedata.TrainTransform(
+    transform = imagenet.TrainTransform(
         32, auto_augment=None, hflip=1.0, scale=(0.05, 0.1), interpolation="bilinear"
     )
     checked = 0
@@ -301,7 +300,7 @@ def test_the_crop_box_is_in_the_flipped_images_coordinates():
 
 
 def test_synthetic_images_are_imagenet_sized_jpegs_with_labels():
-    source = imagedata.SyntheticImageSource(100, num_classes=1000, pool_size=4, seed=0)
+    source = imagenet.SyntheticImageSource(100, num_classes=1000, pool_size=4, seed=0)
     assert len(source) == 100 and len(source.pool) == 4
     for index in range(6):
         image = Image.open(__import__("io").BytesIO(source.read(index)))
@@ -315,7 +314,7 @@ def test_synthetic_images_are_imagenet_sized_jpegs_with_labels():
 
 
 def train(out, *args: str, env: dict | None = None, launcher: list[str] | None = None) -> dict:
-    command = [*(launcher or [sys.executable]), TRAINER, "--output_dir", str(out), "--model_name_or_path", "volo_d1",
+    command = [*(launcher or [sys.executable]), *TRAINER, "--output_dir", str(out), "--model_name_or_path", "volo_d1",
                "--model_kwargs_json", json.dumps(TINY), "--synthetic_data", "--synthetic_num_train", "32",
                "--synthetic_pool_size", "4", "--per_device_train_batch_size", "2", "--dataloader_num_workers", "1",
                "--max_steps", "4", "--logging_steps", "2", "--throughput_warmup_steps", "2", "--amp", "no", *args]  # fmt: skip
@@ -325,6 +324,7 @@ def train(out, *args: str, env: dict | None = None, launcher: list[str] | None =
         text=True,
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -340,6 +340,9 @@ def train(out, *args: str, env: dict | None = None, launcher: list[str] | None =
 def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     pretrain = train(tmp_path / "pretrain", "--img_size", "64", "--token_label_size", "4", "--lr", "1e-3")
     assert pretrain["token_label_size"] == 4 and pretrain["steps"] == 4
+    assert pretrain["flops_per_sample"] > 0
+    if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
+        assert pretrain["device_peak_tflops"] is None and pretrain["mfu"] is None
     checkpoint = tmp_path / "pretrain" / "checkpoint" / "model.pt"
     assert checkpoint.exists()
 
@@ -350,6 +353,8 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     )  # fmt: skip
     assert finetune["pos_embed_resized"] == [[4, 4], [6, 6]]
     assert finetune["finetune_from"] == str(checkpoint) and finetune["token_label_size"] == 6
+    # Counted for the model trained: the same tiny VOLO costs more per sample at the higher resolution.
+    assert finetune["flops_per_sample"] > pretrain["flops_per_sample"]
 
     # The position embedding is the pretrained 4x4 grid, bicubically interpolated to 6x6.
     model = tiny_volo(96, num_classes=1000)
@@ -401,11 +406,11 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
         def label(self, index: int) -> int:
             return 0
 
-    transform = imagedata.TrainTransform(32, auto_augment=None, hflip=1.0, scale=(0.05, 0.1))
-    dataset = imagedata.ImageTrainDataset(OneImage(), transform, encoded=True)
-    batch = imagedata.collate([dataset[i] for i in range(16)])
+    transform = imagenet.TrainTransform(32, auto_augment=None, hflip=1.0, scale=(0.05, 0.1))
+    dataset = imagenet.ImageTrainDataset(OneImage(), transform, encoded=True)
+    batch = imagenet.collate([dataset[i] for i in range(16)])
     assert len(batch["jpeg"]) == 16 and batch["jpeg"][0].dtype == torch.uint8 and "pixel_values" not in batch
-    crops = imagedata.GpuDecode(32, torch.device("cpu"), rand_augment=False)(
+    crops = imagenet.GpuDecode(32, torch.device("cpu"), rand_augment=False)(
         batch["jpeg"], batch["crop_box"], batch["flipped"]
     )
     assert crops.shape == (16, 3, 32, 32) and crops.dtype == torch.uint8
@@ -417,7 +422,7 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
 
 
 def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_path):
-    from synthetic import jpeg_bytes
+    from reprokit_trainers.common.synthetic import jpeg_bytes
 
     rng = np.random.default_rng(0)
     for wnid in ("n01440764", "n01443537"):
@@ -435,7 +440,7 @@ def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_p
         token_label_data=str(tmp_path / "labels"),
         dataloader_num_workers=0,
     )
-    loader, _, info = run_volo.build_data(data_args, img_size=64, label_size=4, batch_size=4, seed=0)
+    loader, info = run_volo.build_data(data_args, img_size=64, label_size=4, batch_size=4, seed=0)
     assert info["data"] == "imagenet-folder" and info["num_classes_data"] == 2
     batch = next(iter(loader))
     assert batch["pixel_values"].shape == (4, 3, 64, 64) and batch["label_map"].shape == (4, 2, 5, 15, 15)

@@ -4,7 +4,7 @@ Throughput is what the kit measures, so the data path must cost what the publish
 
 - ``ImageFolderSource`` reads ImageNet's ``<root>/train/<class>/*.JPEG`` layout (classes sorted,
   as torchvision's ImageFolder and timm number them);
-- ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (scripts/synthetic.py)
+- ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (synthetic.py)
   from a pool built once per process, so every sample is decoded and augmented for real;
 - ``ImageTrainDataset`` decodes and augments in the DataLoader workers and returns uint8 crops;
   normalization and random erasing run on the device afterwards (``DeviceNormalize``), as timm's
@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from PIL import Image
-from synthetic import jpeg_bytes, sample_sizes
+
+from .synthetic import jpeg_bytes, sample_sizes
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -63,7 +65,12 @@ class ImageNetArguments:
         """The ImageNet folder when one is given (and synthetic data not forced), else the stand-in;
         with what the summary records of it."""
         if self.data_dir and not self.synthetic_data:
-            return ImageFolderSource(self.data_dir), {"data": "imagenet-folder", "data_dir": self.data_dir}
+            folder = ImageFolderSource(self.data_dir)
+            return folder, {
+                "data": "imagenet-folder",
+                "data_dir": self.data_dir,
+                "num_classes_data": folder.num_classes,
+            }
         source = SyntheticImageSource(
             self.synthetic_num_train,
             self.synthetic_num_classes,
@@ -72,7 +79,11 @@ class ImageNetArguments:
             self.synthetic_pool_size,
             self.synthetic_seed,
         )
-        return source, {"data": "synthetic", "synthetic_pool_size": len(source.pool)}
+        return source, {
+            "data": "synthetic",
+            "synthetic_pool_size": len(source.pool),
+            "num_classes_data": source.num_classes,
+        }
 
 
 class ImageFolderSource:
@@ -285,6 +296,33 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     if jpegs is not None:
         batch["jpeg"] = jpegs
     return batch
+
+
+def train_loader(
+    dataset: torch.utils.data.Dataset, batch_size: int, num_workers: int, pin_memory: bool, seed: int
+) -> torch.utils.data.DataLoader:
+    """Shuffled full batches: in a group of several ranks each reads its own share of every epoch."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        drop_last=True,
+        persistent_workers=num_workers > 0,
+        worker_init_fn=seed_worker,
+    )
+
+
+def set_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
+    """Reshuffle the ranks' shares for a new epoch (a single process's RandomSampler needs nothing)."""
+    if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
+        loader.sampler.set_epoch(epoch)
 
 
 def seed_worker(worker_id: int) -> None:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Train a VOLO (timm) on ImageNet with token labeling, as sail-sg/volo does, and measure img/s.
 
 The published recipe (sail-sg/volo main.py with the token-labeling toolbox; SOURCES.md §3, §4):
@@ -9,9 +8,9 @@ token labeling: dense top-5 score maps cropped with each image (RoIAlign), MixTo
 loss = 1.0 x class CE + 0.5 x token CE. Finetuning at a higher resolution loads the 224 checkpoint
 with its position embedding interpolated to the new token grid (``--finetune``).
 
-    python run_volo.py --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
+    python -m reprokit_trainers.volo --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
         --per_device_train_batch_size 128 --lr 1.6e-3 --drop_path 0.1 --amp fp16 --token_label_size 14
-    torchrun --nproc_per_node 8 run_volo.py ...      # DDP (NCCL on GPUs, gloo on CPUs)
+    torchrun --nproc_per_node 8 -m reprokit_trainers.volo ...      # DDP (NCCL on GPUs, gloo on CPUs)
 
 Results go to the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
 last, summary.json; the trained weights to ``<output_dir>/checkpoint/model.pt``.
@@ -21,33 +20,38 @@ schedule (warmup and cooldown in epochs), the model's training forward returns (
 logits, MixToken box) that the loss consumes together, and batches are finished on the device
 (normalize, random erasing, RoIAlign of the label maps) between the loader and the model. Each of
 these would be an override of Trainer internals; the loop below is shorter than those overrides.
-Logging goes through small hooks (``ThroughputHook``, ``TensorBoardHook``).
+Logging goes through the trainers' common step logger (``common/steps.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
-import sys
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from transformers import HfArgumentParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    is_main_process,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
 
-import imagedata  # noqa: E402
-import tokenlabel  # noqa: E402
-from rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process  # noqa: E402
+from . import tokenlabel
 
 # VOLO D1-D5 as timm registers them (timm/models/volo.py; the same at every resolution). Kept here
 # because timm's entry points fix these values, so tiny overrides for smoke runs could not reach them.
@@ -64,6 +68,7 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         "stem_hidden_dim": 128,
     },
 }
+PROG = "run_volo.py"  # the name errors and sysinfo.json give
 LOADERS = ("torch", "gpu_decode", "dali")
 
 
@@ -96,7 +101,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments(imagedata.ImageNetArguments):
+class DataArguments(imagenet.ImageNetArguments):
     synthetic_label_map_size: int = field(
         default=18, metadata={"help": "H = W of synthetic token-label maps"}
     )
@@ -168,9 +173,10 @@ class TrainArguments:
     save_checkpoint: bool = field(default=True)
 
 
-def log(message: str) -> None:
-    if is_main_process():
-        print(message, flush=True)
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,6 +204,18 @@ def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, d
         img_size=img_size, num_classes=args.num_classes, drop_path_rate=args.drop_path, **architecture
     )
     return model, architecture
+
+
+def flops_per_sample(args: ModelArguments, img_size: int) -> float:
+    """FLOPs of one training sample (forward and backward) of the VOLO these arguments build at
+    ``img_size``: the class head and the token-label (aux) head both trained."""
+
+    def step(model: torch.nn.Module, batch: int) -> torch.Tensor:
+        outputs = model(torch.zeros(batch, 3, img_size, img_size))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor))
+
+    return flops.count_training_flops(lambda: build_model(args, img_size)[0], step)
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -263,7 +281,7 @@ def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
 
 def build_data(
     data_args: DataArguments, img_size: int, label_size: int, batch_size: int, seed: int
-) -> tuple[torch.utils.data.DataLoader, torch.utils.data.Sampler, dict[str, Any]]:
+) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = data_args.image_source()
     maps = tokenlabel.LabelMaps(
         data_args.token_label_data,
@@ -273,11 +291,11 @@ def build_data(
     )
     described["token_label_data"] = data_args.token_label_data or "synthetic"
 
-    def label_map(index: int, crop: imagedata.Crop) -> dict[str, torch.Tensor]:
+    def label_map(index: int, crop: imagenet.Crop) -> dict[str, torch.Tensor]:
         # The map travels whole; it is cropped with the image on the device, batched (RoIAlign).
         return {"label_map": maps.load(index, source.key(index), source.label(index))}
 
-    transform = imagedata.TrainTransform(
+    transform = imagenet.TrainTransform(
         img_size,
         auto_augment=data_args.auto_augment or None,
         hflip=data_args.hflip,
@@ -285,27 +303,13 @@ def build_data(
         ratio=data_args.ratio,
         interpolation=data_args.train_interpolation,
     )
-    dataset = imagedata.ImageTrainDataset(
+    dataset = imagenet.ImageTrainDataset(
         source, transform, encoded=data_args.loader == "gpu_decode", extra=label_map
     )
-    if dist.is_initialized():
-        sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
-    else:
-        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    workers = data_args.dataloader_num_workers
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=workers,
-        collate_fn=imagedata.collate,
-        pin_memory=data_args.pin_memory,
-        drop_last=True,
-        persistent_workers=workers > 0,
-        worker_init_fn=imagedata.seed_worker,
+    loader = imagenet.train_loader(
+        dataset, batch_size, data_args.dataloader_num_workers, data_args.pin_memory, seed
     )
-    described["num_classes_data"] = source.num_classes
-    return loader, sampler, described
+    return loader, described
 
 
 def check_loader(loader: str) -> None:
@@ -329,59 +333,6 @@ def check_loader(loader: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Logging hooks
-
-
-@dataclass
-class StepState:
-    step: int
-    epoch: float
-    lr: float
-    loss: float | None  # averaged over ranks, only on logging steps
-
-
-class ThroughputHook:
-    """Feeds rundir's meter every step and appends a throughput.csv row on logging steps."""
-
-    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int) -> None:
-        self.run_dir = run_dir
-        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-        self.global_batch = global_batch
-
-    def on_step_end(self, state: StepState) -> None:
-        self.meter.step_end(self.global_batch)
-        if state.loss is not None:
-            row = self.run_dir.log_step(
-                self.meter, epoch=state.epoch, loss=state.loss, learning_rate=state.lr
-            )
-            if row is not None:
-                log(
-                    f"step {state.step} epoch {state.epoch:.3f} loss {state.loss:.4f} lr {state.lr:.3e} "
-                    f"{row['samples_per_second']:.1f} img/s"
-                )
-
-
-class TensorBoardHook:
-    """train/loss and train/learning_rate in <output_dir>/tensorboard/train (rank 0)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.writer = None
-        if is_main_process():
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(log_dir=str(log_dir))
-
-    def on_step_end(self, state: StepState) -> None:
-        if self.writer is not None and state.loss is not None:
-            self.writer.add_scalar("train/loss", state.loss, state.step)
-            self.writer.add_scalar("train/learning_rate", state.lr, state.step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 
 
@@ -390,21 +341,6 @@ def amp_settings(train_args: TrainArguments) -> tuple[str, torch.dtype | None]:
     if mode not in ("bf16", "fp16", "no"):
         raise ValueError(f"--amp {mode}: choose bf16, fp16 or no")
     return mode, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
-
-
-def init_distributed() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-
-
-def reduce_mean(value: torch.Tensor) -> float:
-    if dist.is_initialized():
-        value = value.detach().clone()
-        dist.all_reduce(value)
-        value /= dist.get_world_size()
-    return float(value.detach())
 
 
 @dataclass
@@ -418,7 +354,6 @@ class Setup:
     amp_mode: str
     amp_dtype: torch.dtype | None
     loader: torch.utils.data.DataLoader
-    sampler: torch.utils.data.Sampler
     data_info: dict[str, Any]
     finetuned: dict[str, Any]
 
@@ -440,16 +375,14 @@ def setup(
     torch.manual_seed(train_args.seed + rank)
     model, architecture = build_model(model_args, img_size)
     finetuned = load_finetune(model, model_args.finetune) if model_args.finetune else {}
-    loader, sampler, data_info = build_data(
+    loader, data_info = build_data(
         data_args, img_size, label_size, train_args.per_device_train_batch_size, train_args.seed
     )
     if data_info["num_classes_data"] > model_args.num_classes:
         raise ValueError(
             f"the data has {data_info['num_classes_data']} classes, the model {model_args.num_classes}"
         )
-    return Setup(
-        model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, sampler, data_info, finetuned
-    )
+    return Setup(model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, data_info, finetuned)
 
 
 def train_loop(
@@ -459,9 +392,9 @@ def train_loop(
     lr: float,
     device: torch.device,
     rank: int,
-    hooks: list[Any],
-) -> tuple[int, int, float | None]:
-    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled, last logged loss)."""
+    logger: StepLogger,
+) -> tuple[int, int]:
+    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled)."""
     from timm.optim import create_optimizer_v2
     from timm.scheduler import CosineLRScheduler
 
@@ -497,20 +430,19 @@ def train_loop(
     loss_fn = tokenlabel.TokenLabelLoss(
         train_args.dense_weight, train_args.cls_weight, train_args.ground_truth
     )
-    normalize = imagedata.DeviceNormalize(
+    normalize = imagenet.DeviceNormalize(
         device, re_prob=data_args.reprob, re_mode=data_args.remode, re_count=data_args.recount
     )
     gpu_decode = None
     if data_args.loader == "gpu_decode":
-        gpu_decode = imagedata.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
+        gpu_decode = imagenet.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
     num_classes = run.model.num_classes
 
     steps_per_epoch = len(run.loader)
-    step, epoch, last_loss = 0, 0, None
+    step, epoch = 0, 0
     done = False
     while not done and epoch < total_epochs:
-        if isinstance(run.sampler, torch.utils.data.DistributedSampler):
-            run.sampler.set_epoch(epoch)
+        imagenet.set_epoch(run.loader, epoch)
         for index, batch in enumerate(run.loader):
             if gpu_decode is not None:
                 images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
@@ -538,23 +470,14 @@ def train_loop(
             scaler.update()
             step += 1
             done = 0 < train_args.max_steps <= step
-            last_step = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
-            # Every rank reaches the same logging steps, so the loss can be averaged over them there.
-            logged = step % train_args.logging_steps == 0 or last_step
-            state = StepState(
-                step=step,
-                epoch=epoch + (index + 1) / steps_per_epoch,
-                lr=optimizer.param_groups[0]["lr"],
-                loss=reduce_mean(loss) if logged else None,
-            )
-            last_loss = state.loss if logged else last_loss
-            for hook in hooks:
-                hook.on_step_end(state)
+            last = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
+            lr = optimizer.param_groups[0]["lr"]
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
             if done:
                 break
         epoch += 1
         scheduler.step(epoch)
-    return step, total_epochs, last_loss
+    return step, total_epochs
 
 
 def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, steps: int) -> Path:
@@ -576,26 +499,24 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
     return path
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
-    return parser.parse_args_into_dataclasses(args=argv)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
-    model_args, data_args, train_args = parse_args(argv)
-    init_distributed()
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    try:  # configuration problems end in one line, before anything heavy starts
-        run = setup(model_args, data_args, train_args, rank)
-    except (ValueError, FileNotFoundError, json.JSONDecodeError) as error:
-        raise SystemExit(f"run_volo.py: error: {error}") from None
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
 
+    # 2. Join the process group (torchrun's; a process started alone trains without one)
+    device = accelerator_device()
+    rank, world = init_process_group(device)
+
+    # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
+    with one_line_errors(PROG, ValueError, FileNotFoundError, json.JSONDecodeError):
+        run = setup(model_args, data_args, train_args, rank)
+
+    # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer="run_volo.py")
+    run_dir.write_sysinfo(trainer=PROG)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     # --lr is the published value and is used as is (main.py never rescales it); --lr_base applies
@@ -613,20 +534,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             f"finetuning from {run.finetuned['finetune_from']}, pos_embed {run.finetuned['pos_embed_resized']}"
         )
 
-    device = accelerator_device()
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args, run.img_size))
+
+    # 6. Train
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as main.py: fixed shapes, let cuDNN pick kernels
-    throughput = ThroughputHook(run_dir, train_args.throughput_warmup_steps, global_batch)
-    tensorboard = TensorBoardHook(run_dir.tensorboard_dir / "train")
-    steps, epochs, last_loss = train_loop(
-        run, data_args, train_args, lr, device, rank, hooks=[throughput, tensorboard]
-    )
-    tensorboard.close()
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    logger.close()
+
+    # 7. Save the weights (what --finetune reads)
     checkpoint = (
         save_checkpoint(run, model_args, train_args.output_dir, steps) if train_args.save_checkpoint else None
     )
 
-    meter = throughput.meter
+    # 8. Write the summary, last
+    meter = logger.meter
     summary = run_dir.write_summary(
         meter,
         status="ok",
@@ -643,16 +567,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(run.loader),
         epochs_scheduled=epochs,
-        final_loss=last_loss,
-        # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
-        train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
         checkpoint=str(checkpoint) if checkpoint else None,
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args)},
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
         **run.data_info,
         **run.finetuned,
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
     )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    destroy_process_group()
     return summary
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Train pycls's ViT on ImageNet with each rung of Meta's speedup ladder, and measure img/s.
 
 The publication (Meta AI 2022, SOURCES.md §2) stacked optimizations on a DDP fp32 baseline of
@@ -20,8 +19,8 @@ weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugm
 crop with a flip. Not modeled (device-side, small next to a ViT step): MixUp/CutMix, the EMA copy of
 the weights, PCA lighting noise.
 
-    python run_vit.py --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
-    torchrun --nproc_per_node 8 run_vit.py ...     # NCCL on GPUs, gloo on CPUs
+    python -m reprokit_trainers.vit --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
+    torchrun --nproc_per_node 8 -m reprokit_trainers.vit ...     # NCCL on GPUs, gloo on CPUs
 
 A process started without torchrun still joins a 1-rank process group, so DDP and FSDP wrap the
 model exactly as on 8 devices. Results go to the run directory through rundir.py: throughput.csv,
@@ -38,14 +37,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 import re
-import sys
 import warnings
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,14 +50,21 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from transformers import HfArgumentParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
 
-import imagedata  # noqa: E402
-import vit_model  # noqa: E402
-from rundir import RunDir, ThroughputMeter, accelerator_device, is_main_process  # noqa: E402
+from .model import ViT, vit_config
 
+PROG = "run_vit.py"  # the name errors and sysinfo.json give
 AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
 OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
 OPTIMIZERS = ("adamw", "sgd")
@@ -88,7 +91,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments(imagedata.ImageNetArguments):
+class DataArguments(imagenet.ImageNetArguments):
     dataloader_num_workers: int = field(
         default=10, metadata={"help": "per process (pycls DATA_LOADER.NUM_WORKERS)"}
     )
@@ -136,9 +139,10 @@ class TrainArguments:
     seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
 
 
-def log(message: str) -> None:
-    if is_main_process():
-        print(message, flush=True)
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -161,13 +165,26 @@ def model_size(args: ModelArguments) -> str:
     return match.group(1)
 
 
-def build_model(args: ModelArguments) -> vit_model.ViT:
+def build_model(args: ModelArguments) -> ViT:
     overrides = json.loads(args.model_config_json) if args.model_config_json else {}
     overrides = {**overrides, "image_size": args.img_size, "num_classes": args.num_classes}
-    config = vit_model.vit_config(
+    config = vit_config(
         model_size(args), overrides, classifier=args.classifier, layout=args.layout, attention=args.attention
     )
-    return vit_model.ViT(config)
+    return ViT(config)
+
+
+def flops_per_sample(args: ModelArguments) -> float:
+    """FLOPs of one training sample (forward and backward) of the ViT these arguments build.
+
+    The classifier and layout switches change the count slightly (one token more or less); the
+    precision does not.
+    """
+
+    def step(model: nn.Module, batch: int) -> torch.Tensor:
+        return model(torch.zeros(batch, 3, args.img_size, args.img_size)).sum()
+
+    return flops.count_training_flops(lambda: build_model(args), step)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +195,7 @@ class PyclsTrainTransform:
     """pycls's ImageNet training transform: random-sized crop, flip, then AutoAugment on the crop.
 
     pycls's AutoAugment is timm's "v0" policy (pycls/datasets/augment.py says they match), so timm's
-    is used. Returns a uint8 CHW crop and where it came from (imagedata's contract).
+    is used. Returns a uint8 CHW crop and where it came from (imagenet.py's contract).
     """
 
     def __init__(
@@ -196,7 +213,7 @@ class PyclsTrainTransform:
                 raise ValueError(f"--augment {augment}: the kit supports AutoAugment or none")
             from timm.data.auto_augment import auto_augment_transform
 
-            mean = tuple(round(255 * m) for m in imagedata.IMAGENET_MEAN)
+            mean = tuple(round(255 * m) for m in imagenet.IMAGENET_MEAN)
             self.augment = auto_augment_transform(
                 "v0", {"translate_const": int(img_size * 0.45), "img_mean": mean}
             )
@@ -206,9 +223,9 @@ class PyclsTrainTransform:
                 if op.name == "Posterize" and int(op.magnitude / 10 * 4) < 1:
                     op.magnitude = 2.5
 
-    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagedata.Crop]:
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagenet.Crop]:
         width, height = image.size
-        top, left, h, w = imagedata.random_resized_crop_params(width, height, self.scale, self.ratio)
+        top, left, h, w = imagenet.random_resized_crop_params(width, height, self.scale, self.ratio)
         size = (self.img_size, self.img_size)
         crop = image.resize(size, Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
         flipped = random.random() < self.hflip
@@ -218,46 +235,26 @@ class PyclsTrainTransform:
             crop = self.augment(crop)
         tensor = torch.from_numpy(np.asarray(crop, dtype=np.uint8).copy()).permute(2, 0, 1)
         box = (left / width, top / height, (left + w) / width, (top + h) / height)
-        return tensor, imagedata.Crop(box=box, flipped=flipped)
+        return tensor, imagenet.Crop(box=box, flipped=flipped)
 
 
 def build_loader(
     args: DataArguments, img_size: int, batch_size: int, seed: int
 ) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = args.image_source()
-    dataset = imagedata.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
-    if dist.get_world_size() > 1:
-        sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
-    else:
-        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    loader = torch.utils.data.DataLoader(
+    dataset = imagenet.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
+    loader = imagenet.train_loader(
         dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=args.dataloader_num_workers,
-        collate_fn=imagedata.collate,
+        batch_size,
+        args.dataloader_num_workers,
         pin_memory=args.pin_memory and torch.cuda.is_available(),
-        drop_last=True,
-        persistent_workers=args.dataloader_num_workers > 0,
-        worker_init_fn=imagedata.seed_worker,
+        seed=seed,
     )
-    described["num_classes_data"] = source.num_classes
     return loader, described
 
 
 # ----------------------------------------------------------------------------------------------
-# The ladder's mechanics: process group, wrapping, precision, optimizer
-
-
-def init_distributed(device: torch.device) -> tuple[int, int]:
-    """Join torchrun's group, or make a 1-rank one in memory (no port, no rendezvous)."""
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return dist.get_rank(), dist.get_world_size()
+# The ladder's mechanics: wrapping, precision, optimizer
 
 
 @dataclass(frozen=True)
@@ -380,42 +377,6 @@ def pycls_lr(epoch: int, args: TrainArguments) -> float:
 # Training
 
 
-class StepLogger:
-    """Feeds rundir's meter every step; on logging steps a throughput.csv row and TensorBoard scalars."""
-
-    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int) -> None:
-        self.run_dir = run_dir
-        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-        self.global_batch = global_batch
-        self.writer = None
-        if is_main_process():
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(log_dir=str(run_dir.tensorboard_dir / "train"))
-
-    def step(self, step: int, epoch: float, lr: float, loss: float | None) -> None:
-        self.meter.step_end(self.global_batch)
-        if loss is None:
-            return
-        row = self.run_dir.log_step(self.meter, epoch=epoch, loss=loss, learning_rate=lr)
-        if self.writer is not None and row is not None:
-            self.writer.add_scalar("train/loss", loss, step)
-            self.writer.add_scalar("train/learning_rate", lr, step)
-            log(
-                f"step {step} epoch {epoch:.3f} loss {loss:.4f} lr {lr:.3e} {row['samples_per_second']:.1f} img/s"
-            )
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def reduce_mean(value: torch.Tensor) -> float:
-    value = value.detach().float().clone()
-    dist.all_reduce(value)
-    return float(value) / dist.get_world_size()
-
-
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -425,15 +386,14 @@ def train(
     prec: Precision,
     device: torch.device,
     logger: StepLogger,
-) -> tuple[int, float | None]:
-    """Train until max_steps or the end of the schedule; returns (steps, last logged loss)."""
-    normalize = imagedata.DeviceNormalize(device, re_prob=0.0)
+) -> int:
+    """Train until max_steps or the end of the schedule; returns the number of steps."""
+    normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
     steps_per_epoch = len(loader)
-    step, last_loss = 0, None
+    step = 0
     model.train()
     for epoch in range(args.epochs):
-        if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
-            loader.sampler.set_epoch(epoch)
+        imagenet.set_epoch(loader, epoch)
         lr = pycls_lr(epoch, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -449,43 +409,32 @@ def train(
             scaler.update()
             step += 1
             done = 0 < args.max_steps <= step
-            # Every rank reaches the same logging steps, so the loss is averaged over ranks there only.
-            logged = (
-                step % args.logging_steps == 0
-                or done
-                or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
-            )
-            loss_value = reduce_mean(loss) if logged else None
-            last_loss = loss_value if logged else last_loss
-            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss_value)
+            last = done or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
             if done:
-                return step, last_loss
-    return step, last_loss
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
-    return parser.parse_args_into_dataclasses(args=argv)
+                return step
+    return step
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
     warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
-    model_args, data_args, train_args = parse_args(argv)
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
 
+    # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
-    try:  # configuration problems end in one line, before anything heavy starts
+    with one_line_errors(PROG, ValueError, KeyError):
         check_choice("sharding", train_args.sharding, SHARDINGS)
         prec = precision(train_args.amp)
         size = model_size(model_args)
-        rank, world = init_distributed(device)
+        rank, world = init_process_group(device, single_process_group=True)
         random.seed(train_args.seed + rank)
         np.random.seed(train_args.seed + rank)
         torch.manual_seed(train_args.seed)  # the same initial weights on every rank
@@ -493,17 +442,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         parameters = sum(p.numel() for p in model.parameters())
         model = wrap_model(model.to(device=device, dtype=prec.model_dtype), train_args, prec, device)
         optimizer = build_optimizer(model, train_args, prec)
-    except (ValueError, KeyError) as error:
-        raise SystemExit(f"run_vit.py: error: {error}") from None
     if train_args.compile:
         model = torch.compile(model)
     scaler = grad_scaler(train_args, prec, device)
+
+    # 3. Build the data loader
     loader, data_info = build_loader(
         data_args, model_args.img_size, train_args.per_device_train_batch_size, train_args.seed
     )
 
+    # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer="run_vit.py")
+    run_dir.write_sysinfo(trainer=PROG)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     rung = (
@@ -515,10 +465,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         f"pycls ViT-{size} at {model_args.img_size}px ({parameters / 1e6:.2f}M parameters), batch {per_device} x "
         f"{world} = {global_batch}, {rung}, data {data_info['data']}, {dist.get_backend()} on {device}"
     )
-    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch)
-    steps, last_loss = train(model, optimizer, scaler, loader, train_args, prec, device, logger)
+
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args))
+
+    # 6. Train
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    train(model, optimizer, scaler, loader, train_args, prec, device, logger)
     logger.close()
 
+    # 7. Write the summary, last
     meter = logger.meter
     summary = run_dir.write_summary(
         meter,
@@ -541,13 +497,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch_size=global_batch,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(loader),
-        final_loss=last_loss,
-        # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
-        train_samples_per_second=meter.samples / max(meter.elapsed, 1e-9),
-        args={**asdict(model_args), **asdict(data_args), **asdict(train_args)},
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
         **data_info,
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
     )
-    dist.destroy_process_group()
+    destroy_process_group()
     return summary
 
 

@@ -1,6 +1,6 @@
 """The container side of the run-directory contract (see README, "The run directory").
 
-Every trainer in this folder writes its results through this module so that the host side
+Every trainer in this package writes its results through this module so that the host side
 (`reprokit`) can read any run the same way:
 
 - ``throughput.csv``: one row per logging step;
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .distributed import is_main_process, world_size
+
 THROUGHPUT_FIELDS = [
     "step",
     "epoch",
@@ -43,18 +45,6 @@ THROUGHPUT_FIELDS = [
 def now_iso() -> str:
     """Local time with its offset, to the millisecond: wall times of sub-second runs stay non-zero."""
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
-
-
-def global_rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def is_main_process() -> bool:
-    return global_rank() == 0
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -108,15 +98,6 @@ def device_info() -> dict[str, Any]:
         info["device_count"] = 1
         info["cpu_count"] = os.cpu_count()
     return info
-
-
-def accelerator_device() -> torch.device:
-    hpu = getattr(torch, "hpu", None)
-    if hpu is not None and hpu.is_available():
-        return torch.device("hpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 def peak_memory_bytes() -> int | None:
@@ -323,35 +304,3 @@ class RunDir:
         summary.update(extra)
         write_json_atomic(self.path / "summary.json", summary)
         return summary
-
-
-def hf_throughput_callback(run_dir: RunDir, warmup_steps: int, global_batch_size: int):
-    """A transformers TrainerCallback that feeds a ThroughputMeter from the Trainer's loop.
-
-    Built lazily so that trainers not using transformers do not import it.
-    """
-    from transformers import TrainerCallback
-
-    class ThroughputCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-            self.last_logs: dict[str, Any] = {}
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.meter.step_end(global_batch_size)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = logs or {}
-            if "loss" in logs:
-                self.last_logs = dict(logs)
-                run_dir.log_step(
-                    self.meter,
-                    epoch=state.epoch,
-                    loss=logs.get("loss"),
-                    learning_rate=logs.get("learning_rate"),
-                )
-
-    return ThroughputCallback()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Contrastive fine-tuning of BridgeTower on New Yorker cartoons, measured as the 2023 benchmark was.
 
 The published run is optimum-habana's ``examples/contrastive-image-text/run_bridgetower.py``
@@ -23,10 +22,10 @@ passes it, and the run cannot work without it); ``--freeze_*_model`` reach the e
 live (``model.bridgetower.*``); and ``--image_pipeline`` offers the kit's faster image paths
 (fastimage.py) beside the published one, which stays the default.
 
-    python run_bridgetower.py --output_dir out --random_init --synthetic_data \\
+    python -m reprokit_trainers.bridgetower --output_dir out --random_init --synthetic_data \\
         --model_config_json "$(cat arch.json)" --remove_unused_columns false --do_train \\
         --per_device_train_batch_size 48 --bf16 --dataloader_num_workers 2 --throughput_warmup_steps 3
-    torchrun --nproc_per_node 8 run_bridgetower.py ...
+    torchrun --nproc_per_node 8 -m reprokit_trainers.bridgetower ...
 """
 
 from __future__ import annotations
@@ -50,24 +49,25 @@ import transformers
 from transformers import (
     BridgeTowerConfig,
     BridgeTowerForContrastiveLearning,
-    HfArgumentParser,
     PreTrainedTokenizerBase,
     Trainer,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reprokit_trainers.common import flops
+from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import hf_throughput_callback
+from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
 
-from fastimage import (  # noqa: E402
+from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
     FastImageTransform,
     decode_batch_on_device,
     published_transform,
 )
-from rundir import RunDir, hf_throughput_callback  # noqa: E402
-from synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes  # noqa: E402
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -169,8 +169,9 @@ class DataTrainingArguments:
 
 
 @dataclass
-class BenchmarkArguments:
-    """The kit's own switches, and the Gaudi trainer's arguments as understood on other machines.
+class BenchmarkArguments(MfuArguments):
+    """The kit's own switches (MFU's among them), and the Gaudi trainer's arguments as understood on
+    other machines.
 
     Where optimum-habana is installed, GaudiTrainingArguments defines the Gaudi ones itself and
     they are dropped from here (see ``benchmark_arguments_class``).
@@ -235,29 +236,29 @@ def parse_args(
         training_class: type = GaudiTrainingArguments
     else:
         training_class = TrainingArguments
-    parser = HfArgumentParser(
-        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class)
+    # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too.
+    model_args, data_args, parsed_bench, training_args = parse_command_line(
+        PROG,
+        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
+        argv,
     )
-    try:
-        model_args, data_args, parsed_bench, training_args = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 where nothing supports it
-        raise SystemExit(f"{PROG}: error: {error}") from None
-    # One view of the benchmark settings, wherever each was parsed.
-    bench = BenchmarkArguments(
-        **{
-            f.name: getattr(parsed_bench, f.name)
-            if hasattr(parsed_bench, f.name)
-            else getattr(training_args, f.name)
-            for f in dataclasses.fields(BenchmarkArguments)
-        }
-    )
+    # One view of the benchmark settings, wherever each was parsed (its own checks run here too).
+    with one_line_errors(PROG, ValueError):
+        bench = BenchmarkArguments(
+            **{
+                f.name: getattr(parsed_bench, f.name)
+                if hasattr(parsed_bench, f.name)
+                else getattr(training_args, f.name)
+                for f in dataclasses.fields(BenchmarkArguments)
+            }
+        )
     check_accelerator_flags(bench, training_args, gaudi)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
-        raise SystemExit(f"{PROG}: error: nothing to do: pass --do_train, --do_eval and/or --do_predict")
+        raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")
     for name in ("synthetic_image_width", "synthetic_image_height", "synthetic_caption_words"):
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
-            raise SystemExit(f"{PROG}: error: --{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
+            raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
     return model_args, data_args, bench, training_args, gaudi
 
 
@@ -265,22 +266,23 @@ def check_accelerator_flags(bench: BenchmarkArguments, training_args: TrainingAr
     if not gaudi:
         for name in GAUDI_ONLY_FLAGS:
             if getattr(bench, name):
-                raise SystemExit(
-                    f"{PROG}: error: --{name} needs a Gaudi machine with optimum-habana, which is not "
-                    "installed here; drop the flag or run the gaudi2 accelerator's image"
+                raise config_error(
+                    PROG,
+                    f"--{name} needs a Gaudi machine with optimum-habana, which is not "
+                    "installed here; drop the flag or run the gaudi2 accelerator's image",
                 )
     if bench.distribution_strategy not in ("ddp", "fast_ddp"):
-        raise SystemExit(
-            f"{PROG}: error: --distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
+        raise config_error(
+            PROG, f"--distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
         )
     if bench.distribution_strategy == "fast_ddp":
         if not gaudi or not bench.use_habana:
-            raise SystemExit(
-                f"{PROG}: error: --distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
+            raise config_error(
+                PROG, "--distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
             )
         if not hasattr(training_args, "distribution_strategy"):
-            raise SystemExit(
-                f"{PROG}: error: this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
+            raise config_error(
+                PROG, "this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
             )
 
 
@@ -301,6 +303,34 @@ def count_parameters(config: BridgeTowerConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def flops_per_sample(
+    config: BridgeTowerConfig, seq_len: int = 128, model_args: ModelArguments | None = None
+) -> float:
+    """FLOPs of one training sample (forward and backward, contrastive loss) of the model ``config``
+    builds, prepared as ``model_args`` say (frozen encoders need no weight gradients).
+
+    Captions are padded to ``max_seq_length`` (``seq_len``), so every sample costs the same.
+    """
+    size = config.vision_config.image_size
+
+    def build() -> BridgeTowerForContrastiveLearning:
+        model = BridgeTowerForContrastiveLearning(config)
+        if model_args is not None:
+            prepare_model(model, model_args)
+        return model
+
+    def step(model: BridgeTowerForContrastiveLearning, batch: int) -> torch.Tensor:
+        return model(
+            input_ids=torch.zeros(batch, seq_len, dtype=torch.long),
+            attention_mask=torch.ones(batch, seq_len, dtype=torch.long),
+            pixel_values=torch.zeros(batch, 3, size, size),
+            pixel_mask=torch.ones(batch, size, size, dtype=torch.long),
+            return_loss=True,
+        ).loss
+
+    return flops.count_training_flops(build, step)
+
+
 def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLearning, str, str | None]:
     """The checkpoint from the hub when it can be had, else random weights: (model, source, why not hub)."""
     reason = "--random_init"
@@ -316,19 +346,18 @@ def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLea
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
             reason = _first_line(error)
             if model_args.model_config_json is None:
-                raise SystemExit(
-                    f"{PROG}: error: cannot load {model_args.model_name_or_path}@{model_args.model_revision} "
-                    f"({reason}) and no --model_config_json to build it offline"
+                raise config_error(
+                    PROG,
+                    f"cannot load {model_args.model_name_or_path}@{model_args.model_revision} "
+                    f"({reason}) and no --model_config_json to build it offline",
                 ) from None
             logger.warning("checkpoint not loaded (%s): random weights from --model_config_json", reason)
     if model_args.model_config_json is None:
-        raise SystemExit(
-            f"{PROG}: error: --random_init needs --model_config_json (the architecture to build)"
-        )
+        raise config_error(PROG, "--random_init needs --model_config_json (the architecture to build)")
     try:
         return BridgeTowerForContrastiveLearning(build_config(model_args.model_config_json)), "random", reason
     except (json.JSONDecodeError, TypeError, ValueError) as error:  # e.g. a vision hidden_size below 64
-        raise SystemExit(f"{PROG}: error: --model_config_json does not build: {_first_line(error)}") from None
+        raise config_error(PROG, f"--model_config_json does not build: {_first_line(error)}") from None
 
 
 def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerBase:
@@ -647,11 +676,11 @@ def _given(argv: Sequence[str], name: str) -> bool:
     return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
-    on_gaudi = gaudi and bench.use_habana
+# ----------------------------------------------------------------------------------------------
+# The run
 
+
+def setup_logging(training_args: TrainingArguments) -> None:
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%H:%M:%S",
@@ -664,8 +693,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
 
-    run_dir = RunDir(training_args.output_dir)
-    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+
+def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_dir: RunDir) -> None:
+    """The Trainer's settings the run directory needs, where the command line leaves them open."""
     # TensorBoard goes where the kit collects it, unless the command line says otherwise.
     if not _given(argv, "logging_dir"):
         training_args.logging_dir = str(run_dir.tensorboard_dir)
@@ -676,14 +706,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         logger.info("remove_unused_columns set to False: the image transform needs the image column")
         training_args.remove_unused_columns = False
 
-    if on_gaudi:
-        from optimum.habana.utils import set_seed
-    else:
-        from transformers import set_seed
-    set_seed(training_args.seed)
 
-    model, model_source, model_fallback = load_model(model_args)
-    model_parameters = sum(p.numel() for p in model.parameters())
+def set_seed(seed: int, on_gaudi: bool) -> None:
+    if on_gaudi:
+        from optimum.habana.utils import set_seed as seed_everything
+    else:
+        from transformers import set_seed as seed_everything
+    seed_everything(seed)
+
+
+def prepare_model(model: BridgeTowerForContrastiveLearning, model_args: ModelArguments) -> None:
+    """Drop the text pooler (as published) and freeze the encoders the arguments name."""
     if model_args.freeze_text_pooler:
         model.bridgetower.text_model.pooler = None
     for frozen, module in (
@@ -692,10 +725,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     ):
         if frozen:
             module.requires_grad_(False)
-    trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tokenizer, tokenizer_source = load_tokenizer(model_args)
-    image_size = model.config.vision_config.image_size
 
+
+def load_splits(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    bench: BenchmarkArguments,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    image_size: int,
+    mediapipe: bool,
+) -> tuple[dict[str, Any], str, str | None]:
+    """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
     with training_args.main_process_first(desc="dataset"):
         dataset, data_source, data_fallback = load_data(model_args, data_args)
     if "test" not in dataset:  # as published: carve validation and test out of train
@@ -706,12 +747,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     first_split = "train" if training_args.do_train else "validation"
     for column in (data_args.image_column, data_args.caption_column):
         if column not in dataset[first_split].column_names:
-            raise SystemExit(
-                f"{PROG}: error: no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}"
+            raise config_error(
+                PROG,
+                f"no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}",
             )
 
-    mediapipe = mediapipe_trainer(data_args, on_gaudi)
-    if bench.image_pipeline != "published" or mediapipe is not None:
+    if bench.image_pipeline != "published" or mediapipe:
         import datasets
 
         # These paths decode the JPEGs themselves: draft decoding and the HPU need the bytes, not an image.
@@ -726,16 +767,79 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         ):
             if wanted:
                 splits[split] = prepare_split(
-                    dataset[split],
-                    tokenizer,
-                    data_args,
-                    transform,
-                    limit,
-                    split,
-                    image_size,
-                    mediapipe is not None,
+                    dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
                 )
+    return splits, data_source, data_fallback
 
+
+def train_and_evaluate(
+    trainer: Trainer,
+    splits: dict[str, Any],
+    training_args: TrainingArguments,
+    bench: BenchmarkArguments,
+    tokenizer: PreTrainedTokenizerBase,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """--do_train, --do_eval, --do_predict as the published script runs them: (train, eval, test) metrics."""
+    train_metrics: dict[str, Any] = {}
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint is None and not training_args.overwrite_output_dir:
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_metrics = dict(train_result.metrics)
+        if bench.save_final_model:
+            trainer.save_model()
+            tokenizer.save_pretrained(training_args.output_dir)
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+        trainer.save_state()
+    eval_metrics = test_metrics = None
+    if training_args.do_eval:
+        eval_metrics = trainer.evaluate(ignore_keys=IGNORE_AT_INFERENCE)
+        trainer.log_metrics("validation", eval_metrics)
+        trainer.save_metrics("validation", eval_metrics)
+    if training_args.do_predict:
+        test_metrics = trainer.predict(
+            splits["test"], ignore_keys=IGNORE_AT_INFERENCE, metric_key_prefix="test"
+        ).metrics
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+    return train_metrics, eval_metrics, test_metrics
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
+    on_gaudi = gaudi and bench.use_habana
+    setup_logging(training_args)
+
+    # 2. Open the run directory, where the Trainer's TensorBoard logs go too
+    run_dir = RunDir(training_args.output_dir)
+    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+    point_at_run_dir(training_args, argv, run_dir)
+    set_seed(training_args.seed, on_gaudi)
+
+    # 3. Build the model and the tokenizer: the hub's, else offline ones
+    model, model_source, model_fallback = load_model(model_args)
+    model_parameters = sum(p.numel() for p in model.parameters())
+    prepare_model(model, model_args)
+    trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    tokenizer, tokenizer_source = load_tokenizer(model_args)
+    image_size = model.config.vision_config.image_size
+
+    # 4. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(
+        lambda: flops_per_sample(model.config, data_args.max_seq_length, model_args)
+    )
+
+    # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
+    mediapipe = mediapipe_trainer(data_args, on_gaudi)
+    splits, data_source, data_fallback = load_splits(
+        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe is not None
+    )
+
+    # 6. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
     if on_gaudi:
         base, extra = gaudi_setup(bench, model_args)
     else:
@@ -774,31 +878,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "GaudiTrainer" if on_gaudi else "Trainer",
     )
 
-    train_metrics: dict[str, Any] = {}
-    if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint
-        if checkpoint is None and not training_args.overwrite_output_dir:
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        train_metrics = dict(train_result.metrics)
-        if bench.save_final_model:
-            trainer.save_model()
-            tokenizer.save_pretrained(training_args.output_dir)
-        trainer.log_metrics("train", train_metrics)
-        trainer.save_metrics("train", train_metrics)
-        trainer.save_state()
-    eval_metrics = test_metrics = None
-    if training_args.do_eval:
-        eval_metrics = trainer.evaluate(ignore_keys=IGNORE_AT_INFERENCE)
-        trainer.log_metrics("validation", eval_metrics)
-        trainer.save_metrics("validation", eval_metrics)
-    if training_args.do_predict:
-        test_metrics = trainer.predict(
-            splits["test"], ignore_keys=IGNORE_AT_INFERENCE, metric_key_prefix="test"
-        ).metrics
-        trainer.log_metrics("test", test_metrics)
-        trainer.save_metrics("test", test_metrics)
+    # 7. Train, evaluate and predict, as asked
+    train_metrics, eval_metrics, test_metrics = train_and_evaluate(
+        trainer, splits, training_args, bench, tokenizer
+    )
 
+    # 8. Write the summary, last
     return run_dir.write_summary(
         throughput.meter,
         status="ok",
@@ -831,6 +916,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
+        **flops.summary_fields(
+            sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
+        ),
     )
 
 

@@ -1,0 +1,1 @@
+"""The kit's benchmarks: `make bench` and `make bench-gpu` run `python benchmarks/run.py`."""

@@ -1,0 +1,175 @@
+"""The trainers as a package: each runs as `python -m reprokit_trainers.<name>`, reports the FLOPs of
+a training sample and its MFU in summary.json, and stands alone: no sys.path edits, and never the
+host package `reprokit` (the two sides meet only in the run directory)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "reprokit_trainers"
+HOST = "reprokit"
+RECIPES = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit-speedups"}  # trainer -> its recipe
+
+# A few steps of each trainer at the smallest size that builds, on synthetic data.
+TINY_BRIDGETOWER = {
+    "text_config": {
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 128,
+    },
+    "vision_config": {"hidden_size": 64, "num_hidden_layers": 1, "patch_size": 14, "image_size": 294},
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 1,
+    "contrastive_hidden_size": 32,
+}
+TINY_VOLO = {
+    "layers": [1, 1, 1, 1],
+    "embed_dims": [32, 64, 64, 64],
+    "num_heads": [1, 2, 2, 2],
+    "stem_hidden_dim": 16,
+}
+SMOKE = {
+    "bridgetower": [
+        "--random_init", "--synthetic_data", "--model_config_json", json.dumps(TINY_BRIDGETOWER),
+        "--synthetic_num_train", "12", "--synthetic_num_eval", "2", "--synthetic_unique_images", "2",
+        "--per_device_train_batch_size", "2", "--do_train", "--max_steps", "3", "--logging_steps", "1",
+        "--throughput_warmup_steps", "1", "--save_strategy", "no", "--dataloader_num_workers", "0",
+        "--remove_unused_columns", "false", "--overwrite_output_dir",
+    ],
+    "volo": [
+        "--model_name_or_path", "volo_d1", "--model_kwargs_json", json.dumps(TINY_VOLO), "--img_size", "64",
+        "--synthetic_data", "--synthetic_num_train", "16", "--synthetic_pool_size", "2",
+        "--per_device_train_batch_size", "2", "--dataloader_num_workers", "0", "--max_steps", "3",
+        "--logging_steps", "1", "--throughput_warmup_steps", "1", "--amp", "no", "--save_checkpoint", "false",
+    ],
+    "vit": [
+        "--model_name_or_path", "pycls-vit-tiny", "--img_size", "32", "--synthetic_data",
+        "--synthetic_num_train", "16", "--synthetic_pool_size", "2", "--synthetic_image_width", "64", "96",
+        "--synthetic_image_height", "64", "96", "--per_device_train_batch_size", "2",
+        "--dataloader_num_workers", "0", "--max_steps", "3", "--logging_steps", "1",
+        "--throughput_warmup_steps", "1",
+    ],
+}  # fmt: skip
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_commands():
+    yaml = pytest.importorskip("yaml")
+    for name, recipe in RECIPES.items():
+        folder = PACKAGE / name
+        assert (folder / "__main__.py").exists() and (folder / f"run_{name}.py").exists()
+        readme = (folder / "README.md").read_text()
+        assert f"python -m reprokit_trainers.{name} " in readme and "torchrun --standalone" in readme
+        assert "## Departures" in readme
+        published = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text()).get(
+            "published_commands"
+        )
+        for variant, command in (published or {}).items():
+            assert command in readme, (
+                f"{name}/README.md lacks the published {variant} command as the recipe holds it"
+            )
+
+
+def test_no_module_edits_sys_path():
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "path":
+                assert not (isinstance(node.value, ast.Name) and node.value.id == "sys"), (
+                    f"{path.relative_to(ROOT)}:{node.lineno}: sys.path"
+                )
+
+
+def test_no_module_imports_the_host_package():
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] != HOST, f"{path.relative_to(ROOT)}:{node.lineno}: import {name}"
+
+
+def test_importing_the_trainers_loads_no_host_module():
+    pytest.importorskip("timm")
+    code = (
+        "import sys; import reprokit_trainers.bridgetower.run_bridgetower, reprokit_trainers.volo.run_volo,"
+        " reprokit_trainers.vit.run_vit;"
+        f"host = [m for m in sys.modules if m.split('.')[0] == {HOST!r}]; print(host); assert not host"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+
+
+def test_the_device_peak_is_the_given_one_or_the_datasheets():
+    torch = pytest.importorskip("torch")
+    from reprokit_trainers.common import flops
+
+    assert flops.device_peak_tflops(400.0) == 400.0
+    if not torch.cuda.is_available():
+        assert flops.device_peak_tflops() is None
+    fields = flops.summary_fields(2e9, 100.0, world_size=2, device_peak=1.0)
+    assert fields == {"flops_per_sample": 2e9, "device_peak_tflops": 1.0, "mfu": pytest.approx(0.1)}
+    assert (
+        flops.summary_fields(2e9, None, world_size=1, device_peak=1.0)["mfu"] is None
+    )  # never past the warm-up
+
+
+@pytest.mark.parametrize("name", list(SMOKE))
+def test_a_device_peak_that_is_not_positive_is_a_one_line_error(tmp_path, name):
+    pytest.importorskip("timm")
+    trainer = importlib.import_module(f"reprokit_trainers.{name}.run_{name}")
+    something_to_do = ["--do_train"] if name == "bridgetower" else []
+    with pytest.raises(SystemExit) as stopped:
+        trainer.parse_args(["--output_dir", str(tmp_path), *something_to_do, "--device_peak_tflops", "0"])
+    message = str(stopped.value.code)
+    assert message == f"run_{name}.py: error: --device_peak_tflops 0.0: a peak is a positive TFLOP/s"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SMOKE))
+def test_each_trainer_runs_as_a_module_and_reports_mfu_against_the_given_peak(tmp_path, name):
+    pytest.importorskip("timm")
+    out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", f"reprokit_trainers.{name}", "--output_dir", str(out), *SMOKE[name]]
+    result = subprocess.run(
+        [*command, "--device_peak_tflops", "0.5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 3
+    assert summary["flops_per_sample"] > 0 and summary["device_peak_tflops"] == 0.5
+    expected = summary["samples_per_second"] * summary["flops_per_sample"] / (summary["world_size"] * 0.5e12)
+    assert summary["mfu"] == pytest.approx(expected)
+    assert "GFLOP per training sample" in result.stdout  # counted once, at start, and said so
