@@ -27,20 +27,20 @@ images: $(VENV)/.installed  ## build the image of this machine's accelerator (AC
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
 test: $(VENV)/.installed  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
-	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
+	$(BIN)/ruff check reprokit reprokit_trainers tests tasks.py benchmarks
 	$(BIN)/pytest -q -ra $(ARGS)
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
+	$(BIN)/ruff check reprokit reprokit_trainers tests tasks.py benchmarks
 
 report: $(VENV)/.installed  ## rewrite the newest session's report
 	$(INV) report $$(ls -d results/*/ | sort | tail -n 1)
 
 bench: $(VENV)/.installed  ## data-path and kit-overhead benchmarks (table + CSV in benchmarks/results/)
-	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python -m benchmarks.run $(ARGS)
 
 bench-gpu: $(VENV)/.installed  ## GPU throughput benchmarks (needs a CUDA device)
-	$(BIN)/python benchmarks/run.py --gpu $(ARGS)
+	$(BIN)/python -m benchmarks.run --gpu $(ARGS)
 
 clean:  ## remove rendered files and caches (results/ is kept)
 	rm -rf rendered .pytest_cache .ruff_cache

@@ -3,9 +3,9 @@
 Each cell is the recipe's own (`inv show RECIPE --accelerator cuda --scale published`), run on one
 device by the kit's local runtime, with the changes a benchmark needs and nothing else: a fixed
 number of steps, random weights and synthetic data of the real shapes (no hub here), no
-evaluation. The samples/s and the MFU are the trainers' own (summary.json: samples/s after the
-warm-up steps, MFU from the FLOPs per sample each trainer counts); a run without them gets the
-FLOPs from the trainer's own count. Published figures are whole-node numbers, compared per device.
+evaluation. Each row is the kit's own results row (collect.row, comparison.judge): the published
+figure of the device that ran, under that figure's definition, per device. Shortened runs on
+synthetic data are `not comparable` by the kit's own rules; the numbers are shown beside each other.
 """
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ import functools
 import importlib
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
+from reprokit import accelerators, cells, collect, comparison, recipes, session
+from reprokit.containers.none import NoContainer
+from reprokit.handles import NoOptions
+from reprokit.runtimes.base import run_script
+from reprokit.runtimes.local import LocalRuntime
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from reprokit import accelerators, cells, recipes, render  # noqa: E402
-from reprokit.runtimes.local import LocalRuntime  # noqa: E402
-
-RUNS = ROOT / "benchmarks" / "results" / "gpu-runs"
+RUNS = ROOT / "benchmarks" / "results" / "gpu-session"
 # recipe -> variants (None: every variant the recipe has for cuda). D5 finetuning reads the
 # pretraining run's checkpoint, so it runs after it.
 SUITE: dict[str, list[str] | None] = {
@@ -63,15 +64,14 @@ def planned(steps: int) -> list[cells.Cell]:
     return planned_cells
 
 
-def trainer_module(script: str) -> str:
-    """The module of a recipe's trainer: run_volo.py is reprokit_trainers.volo.run_volo."""
-    stem = Path(script).stem
-    return f"reprokit_trainers.{stem.removeprefix('run_')}.{stem}"
+def trainer_module(cell: cells.Cell) -> str:
+    """The module whose parse_args a kit trainer uses: reprokit_trainers.volo.run_volo."""
+    return f"{cell.trainer_module()}.run_{cell.trainer}"
 
 
 def check_arguments(cell: cells.Cell) -> None:
     """The trainer accepts the cell's arguments (its own parser), so a GPU hour is not lost to a typo."""
-    trainer = importlib.import_module(trainer_module(cell.trainer))
+    trainer = importlib.import_module(trainer_module(cell))
     trainer.parse_args(["--output_dir", "/tmp/unused", *cell.argv()])
 
 
@@ -106,37 +106,27 @@ def _counted(model: str, *key: Any) -> float:
     )
 
 
-def published_per_device(cell: cells.Cell) -> tuple[float | None, str]:
-    """The published figure per device for the device this cell's references name first."""
-    for ref in cell.references + cell.other_references:
-        if "value" in ref and ref.get("nodes", 1) == 1:
-            return ref["value"] / ref["devices"], f"{ref['device']} {ref['value']}/{ref['devices']}"
-    return None, ""
-
-
-def row(cell: cells.Cell, summary: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
-    from reprokit_trainers.common import flops
-
-    summary = summary or {}
-    count = summary.get("flops_per_sample") or flops_per_sample(cell)
-    measured = summary.get("samples_per_second") if summary.get("status") == "ok" else None
-    if "mfu" in summary:  # the trainer's own, from its device's peak (or --device_peak_tflops)
-        utilization = summary["mfu"] if measured else None
-    else:
-        utilization = flops.mfu(count, measured, flops.peak_tflops(device_name))
-    published, source = published_per_device(cell)
+def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
+    """The kit's results row of the cell (the device that ran picks its reference), and what a bench
+    table shows besides: the steady-state rate and the FLOPs."""
+    found = collect.row(run_dir)
+    measured = found.get("measured_after_warmup")
+    mfu = found.get("mfu")
     return {
         "cell": cell.cell_id,
-        "status": summary.get("status", "not run"),
-        "per_second": measured,
+        "status": found.get("status"),
+        "device": found.get("device_name"),
+        "definition": found.get("definition"),
+        "per_device": found.get("measured_per_device"),
+        "after_warmup": measured,
         "unit": cell.unit,
-        "published_per_device": published,
-        "published": source,
-        "ratio": measured / published if measured and published else None,
-        "gflop_per_sample": count / 1e9,
-        "mfu": utilization,
-        "peak_memory_gib": (summary.get("peak_memory_bytes") or 0) / 2**30,
-        "error": summary.get("error", ""),
+        "published_per_device": found.get("reference_per_device"),
+        "published": found.get("reference_source") or "",
+        "verdict": comparison.verdict_text(found),
+        "gflop_per_sample": (found.get("flops_per_sample") or flops_per_sample(cell)) / 1e9,
+        "mfu": mfu,
+        "peak_memory_gib": (found.get("peak_memory_bytes") or 0) / 2**30,
+        "error": found.get("error") or "",
     }
 
 
@@ -146,7 +136,7 @@ def dry_run(steps: int) -> list[str]:
     scripts = []
     for cell in planned(steps):
         check_arguments(cell)
-        scripts.append(render.run_script(cell, profile))
+        scripts.append(run_script(cell, profile))
     return scripts
 
 
@@ -157,16 +147,16 @@ def run(steps: int) -> list[dict[str, Any]]:
         raise SystemExit(
             "make bench-gpu needs a CUDA device; none is visible (torch.cuda.is_available() is False)"
         )
-    device_name = torch.cuda.get_device_name(0)
     profile = accelerators.get("cuda")
+    runtime = LocalRuntime(NoOptions(), NoContainer(NoOptions()))
+    runtime.check(profile)
     shutil.rmtree(RUNS, ignore_errors=True)
     rows = []
     for cell in planned(steps):
         check_arguments(cell)
-        run_dir = RUNS / cell.cell_id
-        run_dir.mkdir(parents=True)
+        run_dir = RUNS / "runs" / cell.cell_id
         print(f"{cell.cell_id} ...", flush=True)
-        summary = LocalRuntime().run(cell, run_dir, profile)
-        rows.append(row(cell, summary, device_name))
-        print(f"  {rows[-1]['status']}: {rows[-1]['per_second']} {cell.unit}", flush=True)
+        session.run_cell(runtime, cell, run_dir, profile, timeout=1800)
+        rows.append(row(cell, run_dir))
+        print(f"  {rows[-1]['status']}: {rows[-1]['per_device']} {cell.unit} per device", flush=True)
     return rows

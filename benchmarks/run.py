@@ -312,10 +312,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if not __package__:
-        # `make bench` runs this file by its path, which puts benchmarks/ on sys.path, not the
-        # checkout's root: run it as the module it is, from the root, where the trainers' package
-        # imports as it does under `python -m` and pytest.
-        os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]])
     main()

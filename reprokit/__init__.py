@@ -1,6 +1,6 @@
 """reprokit: rerun published accelerator training benchmarks in pinned containers.
 
-The host side of the kit. It never imports torch: the trainers in ``scripts/`` do, and the two
+The host side of the kit. It never imports torch: the trainers in ``reprokit_trainers/`` do, and the two
 sides meet only in the run directory.
 """
 

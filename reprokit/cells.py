@@ -11,7 +11,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import __version__, accelerators
+from . import __version__, accelerators, arguments
 from .data import apply as apply_data
 from .errors import ReprokitError
 from .gitinfo import kit_revision
@@ -183,6 +183,9 @@ def expand(
         args.update(variant.args)
         args.update(scale_def.args)
         used = apply_data(recipe, args, data or {})
+        wrong = arguments.problems(recipe.trainer, args)
+        if wrong:
+            raise ReprokitError(f"{path}: variant {variant.name} ({scale}, {profile.name}): {wrong[0]}")
         cells.append(
             Cell(
                 cell_id=cell_id(recipe.name, variant.name, id_suffix),

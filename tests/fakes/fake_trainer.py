@@ -1,4 +1,4 @@
-"""A fake trainer for the kit's tests: writes the run-directory contract (see scripts/rundir.py)
+"""A fake trainer for the kit's tests: writes the run-directory contract (see reprokit_trainers/common/rundir.py)
 in milliseconds and without torch. The recipe's real hyperparameters are accepted and ignored;
 the --fake_* arguments (a test recipe's variant args) choose what it does."""
 
