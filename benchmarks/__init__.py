@@ -1,1 +1,1 @@
-"""The kit's benchmarks: `make bench` and `make bench-gpu` run `python benchmarks/run.py`."""
+"""The kit's benchmarks: `make bench` and `make bench-gpu` run `python -m benchmarks.run`."""

@@ -66,7 +66,7 @@ def planned(steps: int) -> list[cells.Cell]:
 
 def trainer_module(cell: cells.Cell) -> str:
     """The module whose parse_args a kit trainer uses: reprokit_trainers.volo.run_volo."""
-    return f"{cell.trainer_module()}.run_{cell.trainer}"
+    return f"{cell.trainer_module}.run_{cell.trainer}"
 
 
 def check_arguments(cell: cells.Cell) -> None:

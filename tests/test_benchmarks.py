@@ -20,7 +20,7 @@ from reprokit_trainers.vit import run_vit  # noqa: E402
 
 def test_the_gpu_suite_dry_run_prints_the_published_cells_on_one_device_with_checked_arguments():
     result = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--gpu", "--dry-run", "--steps", "30"],
+        [sys.executable, "-m", "benchmarks.run", "--gpu", "--dry-run", "--steps", "30"],
         cwd=ROOT,
         capture_output=True,
         text=True,
