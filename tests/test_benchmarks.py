@@ -69,3 +69,33 @@ def test_mfu_is_achieved_over_peak_flops_of_the_named_device():
     assert flops.mfu(1e12, 98.94, h100, devices=2) == pytest.approx(0.05)
     assert flops.peak_tflops("NVIDIA H100 PCIe") == 756.0  # the first match wins: not the SXM's peak
     assert flops.mfu(1e12, 100.0, flops.peak_tflops("Some Unknown GPU")) is None
+
+
+@pytest.mark.parametrize(
+    ("device_name", "published"),
+    [("NVIDIA A100-SXM4-80GB", 345.4 / 8), ("NVIDIA H100 80GB HBM3", 602.1 / 8)],
+)
+def test_a_bench_gpu_row_takes_the_reference_of_the_device_that_ran_under_its_definition(
+    tmp_path, device_name, published
+):
+    import json
+
+    from benchmarks import gpu
+    from reprokit import accelerators
+    from reprokit.runtimes.base import write_run_dir_inputs
+
+    (cell,) = [c for c in gpu.planned(30) if c.cell_id == "bridgetower--workers2"]
+    run_dir = tmp_path / cell.cell_id
+    run_dir.mkdir()
+    write_run_dir_inputs(cell, accelerators.get("cuda"), run_dir)
+    (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": device_name, "world_size": 1}))
+    figures = {"after_warmup": {"value": 80.0}, "whole_run": {"value": 70.0}}
+    summary = {"schema_version": 2, "status": "ok", "world_size": 1, "throughput": figures, "departures": []}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    row = gpu.row(cell, run_dir)
+    assert row["published_per_device"] == pytest.approx(published)
+    # The GPU figures are the stock Trainer's whole-run samples/s: that one is judged, not the steady state.
+    assert row["definition"] == "whole_run" and row["per_device"] == 70.0 and row["after_warmup"] == 80.0
+    # A shortened run on synthetic data and random weights is measured, never given a verdict.
+    assert row["verdict"].startswith("not comparable (")
+    assert "shortened run (max_steps 30)" in row["verdict"]

@@ -56,7 +56,9 @@ def test_build_dry_run_prints_the_docker_build_command_a_user_would_type(tmp_pat
     lines = result.stdout.strip().splitlines()
     assert lines[1] == "docker build \\"
     assert f"  --tag {tag} \\" in lines
-    assert f"  --build-arg BASE_IMAGE={profile.base_image} \\" in lines
+    # The base by digest where the vendor publishes one: what builds is what the pins were resolved on.
+    assert f"  --build-arg BASE_IMAGE={profile.pinned_base} \\" in lines
+    assert "@sha256:" in profile.pinned_base
     assert any(line.startswith("  --label org.opencontainers.image.revision=") for line in lines)
     assert lines[-1] == f"  {(ROOT / BUILD_DIR / 'cuda').resolve()}"
     # The printed context is there to build from by hand, and holds what `inv build` sends.

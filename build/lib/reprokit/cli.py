@@ -1,0 +1,17 @@
+"""The `reprokit` command (and `python -m reprokit`): the kit's tasks as an installed tool."""
+
+from __future__ import annotations
+
+from invoke import Program
+
+from . import __version__
+from .settings import KitConfig
+from .tasks import ns
+
+program = Program(
+    name="reprokit", binary="reprokit", version=__version__, namespace=ns, config_class=KitConfig
+)
+
+
+def main() -> None:
+    program.run()

@@ -1,0 +1,18 @@
+"""The one exception type users see: a message that says what to fix, on one line."""
+
+
+class ReprokitError(Exception):
+    """A problem with the user's input or machine; ``tasks.py`` prints it and exits with code 2."""
+
+    exit_code = 2
+
+
+class RunFailed(ReprokitError):
+    """One or more cells failed; what was measured is kept."""
+
+    exit_code = 1
+
+
+class StartFailed(ReprokitError):
+    """One cell could not be started (its container refused to run): it is recorded as failed and the
+    matrix goes on."""

@@ -1,0 +1,30 @@
+"""Jinja2 with StrictUndefined over the templates a package ships: a missing value is an error, never
+an empty string in a Dockerfile or a job script."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateError
+
+from . import __version__
+from .errors import ReprokitError
+
+
+def render(package: str, folder: str, template: str, **context) -> str:
+    """Render `template` from `folder` of `package` (importlib resources, so an installed kit works)."""
+    env = Environment(
+        loader=PackageLoader(package, folder),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = lambda value: shlex.quote(str(value))
+    env.filters["basename"] = lambda value: os.path.basename(str(value))
+    try:
+        return env.get_template(template).render(version=__version__, **context)
+    except TemplateError as exc:
+        raise ReprokitError(f"template {template}: {exc}") from None

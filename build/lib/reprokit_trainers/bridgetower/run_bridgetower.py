@@ -1,0 +1,926 @@
+"""Contrastive fine-tuning of BridgeTower on New Yorker cartoons, measured as the 2023 benchmark was.
+
+The published run is optimum-habana's ``examples/contrastive-image-text/run_bridgetower.py``
+(SOURCES.md §1, §4): the stock ``BridgeTowerForContrastiveLearning``, captions tokenized to 128
+tokens, images decoded and resized in the dataset's on-the-fly transform (so in the loader
+workers), and the Trainer's loop. This script keeps that pipeline and adds what a rerun needs:
+
+- it runs anywhere: ``GaudiTrainer`` when optimum-habana is importable and ``--use_habana`` is
+  given, transformers' ``Trainer`` otherwise (GPUs and CPUs, ``torchrun`` for several devices);
+- it runs offline: the model is built from ``--model_config_json`` with random weights when the
+  hub cannot be reached (or with ``--random_init``), and the data is synthesized with the real
+  data's shapes (``--synthetic_data``): JPEG bytes of the cartoons' sizes and captions of the
+  descriptions' lengths, stored and preprocessed exactly as the real rows are;
+- it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
+  last, summary.json with samples/s after ``--throughput_warmup_steps`` (Gaudi's definition) and
+  the Trainer's own ``train_samples_per_second`` (the whole run: what the GPU numbers used).
+
+Departures from the published script, none of which touches the timed training steps: evaluation
+skips gathering every layer's hidden states (``IGNORE_AT_INFERENCE``); the fine-tuned model is saved
+only with ``--save_final_model``; ``--remove_unused_columns`` is forced off (the published command
+passes it, and the run cannot work without it); ``--freeze_*_model`` reach the encoders where they
+live (``model.bridgetower.*``); and ``--image_pipeline`` offers the kit's faster image paths
+(fastimage.py) beside the published one, which stays the default.
+
+    python -m reprokit_trainers.bridgetower --output_dir out --random_init --synthetic_data \\
+        --model_config_json "$(cat arch.json)" --remove_unused_columns false --do_train \\
+        --per_device_train_batch_size 48 --bf16 --dataloader_num_workers 2 --throughput_warmup_steps 3
+    torchrun --nproc_per_node 8 -m reprokit_trainers.bridgetower ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import io
+import json
+import logging
+import os
+import sys
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from transformers import (
+    BridgeTowerConfig,
+    BridgeTowerForContrastiveLearning,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from reprokit_trainers.common import flops
+from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import hf_throughput_callback
+from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
+
+from .fastimage import (
+    CLIP_MEAN,
+    CLIP_STD,
+    FastImageTransform,
+    decode_batch_on_device,
+    published_transform,
+)
+
+if typing.TYPE_CHECKING:
+    import datasets
+
+logger = logging.getLogger("run_bridgetower")
+
+PROG = "run_bridgetower.py"
+# The class defaults of BridgeTowerConfig define no logit scale at all (the model then fails on
+# first use), and the checkpoint's is CLIP's log(1/0.07): every offline build gets it unless told.
+LOGIT_SCALE_INIT = 2.6592
+IMAGE_PIPELINES = ("published", "kit", "kit-draft", "gpu_decode")
+# What the Trainer would otherwise gather over the whole eval set: every layer's hidden states, tens
+# of GB at the published scale. No metric reads them; the loss is the only one (as published).
+IGNORE_AT_INFERENCE = ["hidden_states", "attentions"]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="BridgeTower/bridgetower-large-itm-mlm-itc",
+        metadata={"help": "hub id or local path of the checkpoint to fine-tune"},
+    )
+    model_revision: str = field(default="main", metadata={"help": "branch, tag or commit of the checkpoint"})
+    model_config_json: str | None = field(
+        default=None,
+        metadata={
+            "help": "BridgeTowerConfig kwargs as JSON (nested text_config / vision_config): the architecture "
+            "to build with random weights when the checkpoint cannot be loaded, or with --random_init"
+        },
+    )
+    random_init: bool = field(
+        default=False, metadata={"help": "build the model from --model_config_json without trying the hub"}
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer, if not the model's"})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "where hub downloads and datasets are cached"}
+    )
+    token: str | None = field(default=None, metadata={"help": "hub token for gated or private repositories"})
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "run the dataset's loading script (the pinned revision has one; needs datasets < 4)"
+        },
+    )
+    use_fast_tokenizer: bool = field(default=True, metadata={"help": "use the tokenizers-backed tokenizer"})
+    freeze_vision_model: bool = field(default=False, metadata={"help": "do not train the vision encoder"})
+    freeze_text_model: bool = field(default=False, metadata={"help": "do not train the text encoder"})
+    freeze_text_pooler: bool = field(
+        default=True,
+        metadata={"help": "drop the text pooler, which the contrastive loss never uses (as published)"},
+    )
+
+
+@dataclass
+class DataTrainingArguments:
+    dataset_name: str | None = field(default=None, metadata={"help": "hub dataset id"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "dataset configuration"})
+    dataset_revision: str = field(default="main", metadata={"help": "branch, tag or commit of the dataset"})
+    data_dir: str | None = field(default=None, metadata={"help": "data_dir passed to load_dataset"})
+    image_column: str = field(default="image", metadata={"help": "column with the images (or their paths)"})
+    caption_column: str = field(default="image_description", metadata={"help": "column with the captions"})
+    max_seq_length: int = field(default=128, metadata={"help": "captions are padded and truncated to this"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many train rows"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many eval/test rows"})
+    overwrite_cache: bool = field(default=False, metadata={"help": "redo the cached tokenization"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenizing"})
+    mediapipe_dataloader: bool = field(
+        default=False,
+        metadata={
+            "help": "Gaudi: decode and resize JPEGs on the HPU; elsewhere the CPU loader, with a warning"
+        },
+    )
+    synthetic_data: bool = field(
+        default=False,
+        metadata={"help": "synthesize the data (no hub); also the fallback when it is unreachable"},
+    )
+    synthetic_num_train: int = field(default=9792, metadata={"help": "synthetic train rows"})
+    synthetic_num_eval: int = field(default=531, metadata={"help": "synthetic validation rows"})
+    synthetic_num_test: int | None = field(
+        default=None, metadata={"help": "synthetic test rows (default: as eval)"}
+    )
+    synthetic_image_width: list[int] = field(
+        default_factory=lambda: [500, 900], metadata={"help": "MIN MAX width of the synthetic JPEGs"}
+    )
+    synthetic_image_height: list[int] = field(
+        default_factory=lambda: [400, 800], metadata={"help": "MIN MAX height of the synthetic JPEGs"}
+    )
+    synthetic_caption_words: list[int] = field(
+        default_factory=lambda: [10, 40], metadata={"help": "MIN MAX words per synthetic caption"}
+    )
+    synthetic_unique_images: int = field(
+        default=512,
+        metadata={
+            "help": "distinct synthetic cartoons, repeated over the rows as the real splits repeat each cartoon; "
+            "every row still stores and decodes its own bytes"
+        },
+    )
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic data"})
+
+
+@dataclass
+class BenchmarkArguments(MfuArguments):
+    """The kit's own switches (MFU's among them), and the Gaudi trainer's arguments as understood on
+    other machines.
+
+    Where optimum-habana is installed, GaudiTrainingArguments defines the Gaudi ones itself and
+    they are dropped from here (see ``benchmark_arguments_class``).
+    """
+
+    throughput_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "steps left out of samples/s (time and samples), as Gaudi's trainer does"},
+    )
+    image_pipeline: str = field(
+        default="published",
+        metadata={
+            "help": "published: the published CPU path; kit: fastimage.py's exact CPU path (1.4x per core); "
+            "kit-draft: its fast one (reduced decoding, area resampling: 2.3x, a few levels off); "
+            "gpu_decode: workers ship JPEG bytes and the device decodes them",
+            "choices": list(IMAGE_PIPELINES),
+        },
+    )
+    save_final_model: bool = field(
+        default=False,
+        metadata={"help": "save the fine-tuned model at the end, as published (3.5 GB at full size)"},
+    )
+    use_habana: bool = field(default=False, metadata={"help": "Gaudi only: run on HPUs"})
+    use_lazy_mode: bool = field(default=False, metadata={"help": "Gaudi only: lazy mode"})
+    use_hpu_graphs_for_inference: bool = field(
+        default=False, metadata={"help": "Gaudi only: HPU graphs in eval"}
+    )
+    gaudi_config_name: str | None = field(default=None, metadata={"help": "Gaudi only: e.g. Habana/clip"})
+    distribution_strategy: str = field(
+        default="ddp", metadata={"help": "ddp, or fast_ddp (Gaudi only: one all-reduce through HPU graphs)"}
+    )
+
+
+GAUDI_ONLY_FLAGS = ("use_habana", "use_lazy_mode", "use_hpu_graphs_for_inference", "gaudi_config_name")
+
+
+def habana_available() -> bool:
+    try:
+        return importlib.util.find_spec("optimum.habana") is not None
+    except ModuleNotFoundError:  # no optimum at all
+        return False
+
+
+def benchmark_arguments_class(training_class: type) -> type:
+    """BenchmarkArguments minus the fields ``training_class`` defines (HfArgumentParser rejects duplicates)."""
+    taken = {f.name for f in dataclasses.fields(training_class)}
+    hints = typing.get_type_hints(BenchmarkArguments)
+    kept = [(f.name, hints[f.name], f) for f in dataclasses.fields(BenchmarkArguments) if f.name not in taken]
+    if len(kept) == len(dataclasses.fields(BenchmarkArguments)):
+        return BenchmarkArguments
+    return dataclasses.make_dataclass("BenchmarkArguments", kept)
+
+
+def parse_args(
+    argv: Sequence[str] | None = None,
+) -> tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, bool]:
+    """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
+    gaudi = habana_available()
+    if gaudi:
+        from optimum.habana import GaudiTrainingArguments
+
+        training_class: type = GaudiTrainingArguments
+    else:
+        training_class = TrainingArguments
+    # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too.
+    model_args, data_args, parsed_bench, training_args = parse_command_line(
+        PROG,
+        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
+        argv,
+    )
+    # One view of the benchmark settings, wherever each was parsed (its own checks run here too).
+    with one_line_errors(PROG, ValueError):
+        bench = BenchmarkArguments(
+            **{
+                f.name: getattr(parsed_bench, f.name)
+                if hasattr(parsed_bench, f.name)
+                else getattr(training_args, f.name)
+                for f in dataclasses.fields(BenchmarkArguments)
+            }
+        )
+    check_accelerator_flags(bench, training_args, gaudi)
+    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
+        raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")
+    for name in ("synthetic_image_width", "synthetic_image_height", "synthetic_caption_words"):
+        bounds = getattr(data_args, name)
+        if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
+            raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
+    return model_args, data_args, bench, training_args, gaudi
+
+
+def check_accelerator_flags(bench: BenchmarkArguments, training_args: TrainingArguments, gaudi: bool) -> None:
+    if not gaudi:
+        for name in GAUDI_ONLY_FLAGS:
+            if getattr(bench, name):
+                raise config_error(
+                    PROG,
+                    f"--{name} needs a Gaudi machine with optimum-habana, which is not "
+                    "installed here; drop the flag or run the gaudi2 accelerator's image",
+                )
+    if bench.distribution_strategy not in ("ddp", "fast_ddp"):
+        raise config_error(
+            PROG, f"--distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
+        )
+    if bench.distribution_strategy == "fast_ddp":
+        if not gaudi or not bench.use_habana:
+            raise config_error(
+                PROG, "--distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
+            )
+        if not hasattr(training_args, "distribution_strategy"):
+            raise config_error(
+                PROG, "this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# Model and tokenizer
+
+
+def build_config(config_json: str) -> BridgeTowerConfig:
+    kwargs = json.loads(config_json)
+    kwargs.setdefault("logit_scale_init_value", LOGIT_SCALE_INIT)
+    return BridgeTowerConfig(**kwargs)
+
+
+def count_parameters(config: BridgeTowerConfig) -> int:
+    """Parameters of the model ``config`` builds, without allocating them (meta device)."""
+    with torch.device("meta"):
+        model = BridgeTowerForContrastiveLearning(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_sample(
+    config: BridgeTowerConfig, seq_len: int = 128, model_args: ModelArguments | None = None
+) -> float:
+    """FLOPs of one training sample (forward and backward, contrastive loss) of the model ``config``
+    builds, prepared as ``model_args`` say (frozen encoders need no weight gradients).
+
+    Captions are padded to ``max_seq_length`` (``seq_len``), so every sample costs the same.
+    """
+    size = config.vision_config.image_size
+
+    def build() -> BridgeTowerForContrastiveLearning:
+        model = BridgeTowerForContrastiveLearning(config)
+        if model_args is not None:
+            prepare_model(model, model_args)
+        return model
+
+    def step(model: BridgeTowerForContrastiveLearning, batch: int) -> torch.Tensor:
+        return model(
+            input_ids=torch.zeros(batch, seq_len, dtype=torch.long),
+            attention_mask=torch.ones(batch, seq_len, dtype=torch.long),
+            pixel_values=torch.zeros(batch, 3, size, size),
+            pixel_mask=torch.ones(batch, size, size, dtype=torch.long),
+            return_loss=True,
+        ).loss
+
+    return flops.count_training_flops(build, step)
+
+
+def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLearning, str, str | None]:
+    """The checkpoint from the hub when it can be had, else random weights: (model, source, why not hub)."""
+    reason = "--random_init"
+    if not model_args.random_init:
+        try:
+            model = BridgeTowerForContrastiveLearning.from_pretrained(
+                model_args.model_name_or_path,
+                revision=model_args.model_revision,
+                cache_dir=model_args.cache_dir,
+                token=model_args.token,
+            )
+            return model, "hub", None
+        except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
+            reason = _first_line(error)
+            if model_args.model_config_json is None:
+                raise config_error(
+                    PROG,
+                    f"cannot load {model_args.model_name_or_path}@{model_args.model_revision} "
+                    f"({reason}) and no --model_config_json to build it offline",
+                ) from None
+            logger.warning("checkpoint not loaded (%s): random weights from --model_config_json", reason)
+    if model_args.model_config_json is None:
+        raise config_error(PROG, "--random_init needs --model_config_json (the architecture to build)")
+    try:
+        return BridgeTowerForContrastiveLearning(build_config(model_args.model_config_json)), "random", reason
+    except (json.JSONDecodeError, TypeError, ValueError) as error:  # e.g. a vision hidden_size below 64
+        raise config_error(PROG, f"--model_config_json does not build: {_first_line(error)}") from None
+
+
+def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerBase:
+    """A word-level tokenizer over the synthetic vocabulary, with RoBERTa's special tokens and ids.
+
+    Captions are padded to max_seq_length either way, so the model's cost does not depend on the
+    tokenizer; what matters is that ids stay in the vocabulary and the specials sit where RoBERTa's do.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for token in [*words, *(w.capitalize() for w in words), ".", ",", "'", "?", "!"]:
+        vocab.setdefault(token, len(vocab))
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=512,
+    )
+
+
+def load_tokenizer(model_args: ModelArguments) -> tuple[PreTrainedTokenizerBase, str]:
+    from transformers import AutoTokenizer
+
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            name,
+            revision=model_args.model_revision,
+            cache_dir=model_args.cache_dir,
+            use_fast=model_args.use_fast_tokenizer,
+            token=model_args.token,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+        return tokenizer, "hub"
+    except (OSError, ValueError) as error:
+        logger.warning(
+            "tokenizer %s not loaded (%s): word-level tokenizer over the synthetic vocabulary",
+            name,
+            _first_line(error),
+        )
+        return offline_tokenizer(), "offline"
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+def synthetic_rows(
+    num_rows: int,
+    widths: Sequence[int],
+    heights: Sequence[int],
+    words: Sequence[int],
+    unique_images: int,
+    seed: int,
+    image_column: str,
+    caption_column: str,
+) -> Iterator[dict[str, Any]]:
+    """Rows shaped like the New Yorker set's: a JPEG (as datasets stores images) and a description."""
+    rng = np.random.default_rng(seed)
+    sizes = sample_sizes(max(1, min(unique_images, num_rows)), rng, widths, heights)
+    cartoons = [cartoon_jpeg_bytes(w, h, rng) for w, h in sizes]
+    for i in range(num_rows):
+        length = int(rng.integers(words[0], words[-1] + 1))
+        yield {
+            image_column: {"bytes": cartoons[i % len(cartoons)], "path": None},
+            caption_column: caption(rng, length, VOCABULARY),
+        }
+
+
+def synthetic_dataset(data_args: DataTrainingArguments, cache_dir: str | None) -> datasets.DatasetDict:
+    """train / validation / test, written once to the datasets cache and memory-mapped by every rank."""
+    import datasets
+
+    features = datasets.Features(
+        {data_args.image_column: datasets.Image(), data_args.caption_column: datasets.Value("string")}
+    )
+    counts = {
+        "train": data_args.synthetic_num_train,
+        "validation": data_args.synthetic_num_eval,
+        "test": data_args.synthetic_num_test
+        if data_args.synthetic_num_test is not None
+        else data_args.synthetic_num_eval,
+    }
+    splits = {}
+    for offset, (split, rows) in enumerate(counts.items()):
+        gen_kwargs = {
+            "num_rows": rows,
+            "widths": list(data_args.synthetic_image_width),
+            "heights": list(data_args.synthetic_image_height),
+            "words": list(data_args.synthetic_caption_words),
+            "unique_images": data_args.synthetic_unique_images,
+            "seed": data_args.synthetic_seed * 1000 + offset,  # a different draw per split
+            "image_column": data_args.image_column,
+            "caption_column": data_args.caption_column,
+        }
+        splits[split] = datasets.Dataset.from_generator(
+            synthetic_rows, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir, split=split
+        )
+    return datasets.DatasetDict(splits)
+
+
+def load_data(
+    model_args: ModelArguments, data_args: DataTrainingArguments
+) -> tuple[datasets.DatasetDict, str, str | None]:
+    """The dataset from the hub when it can be had, else the synthetic one: (dataset, source, why not hub)."""
+    reason = "--synthetic_data" if data_args.synthetic_data else "no --dataset_name"
+    if not data_args.synthetic_data and data_args.dataset_name:
+        from datasets import load_dataset
+
+        try:
+            dataset = load_dataset(
+                data_args.dataset_name,
+                data_args.dataset_config_name,
+                cache_dir=model_args.cache_dir,
+                keep_in_memory=False,
+                data_dir=data_args.data_dir,
+                token=model_args.token,
+                revision=data_args.dataset_revision,
+                trust_remote_code=model_args.trust_remote_code,
+            )
+            return dataset, "hub", None
+        # datasets raises ConnectionError, FileNotFoundError (DatasetNotFoundError) or ValueError
+        # (e.g. a loading script without --trust_remote_code); the reason goes to the summary.
+        except (OSError, ValueError) as error:
+            reason = _first_line(error)
+            logger.warning(
+                "dataset %s not loaded (%s): synthetic data instead", data_args.dataset_name, reason
+            )
+    return synthetic_dataset(data_args, model_args.cache_dir), "synthetic", reason
+
+
+def published_image_transform(
+    image_size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD
+) -> Callable[[bytes | Any], torch.Tensor]:
+    """JPEG bytes (or a PIL image) -> [3, S, S] as the published script makes it (fastimage.py)."""
+    return published_transform(image_size, mean, std)
+
+
+def image_pipeline(name: str, image_size: int) -> Callable[[bytes | Any], torch.Tensor] | None:
+    """The per-image CPU transform of each ``--image_pipeline``; None where the device decodes."""
+    if name == "published":
+        return published_image_transform(image_size, CLIP_MEAN, CLIP_STD)
+    if name in ("kit", "kit-draft"):
+        return FastImageTransform(image_size, CLIP_MEAN, CLIP_STD, draft=name == "kit-draft")
+    return None
+
+
+def _encoded(item: Any) -> Any:
+    """What a row's image cell holds, as the transforms take it: a PIL image or JPEG bytes."""
+    if isinstance(item, dict):
+        if item.get("bytes") is not None:
+            return item["bytes"]
+        item = item["path"]
+    if isinstance(item, str):  # the script-based revision stores file paths
+        return Path(item).read_bytes()
+    return item
+
+
+class ImageTransform:
+    """The dataset's on-the-fly transform: runs in the loader workers, one batch of rows at a time."""
+
+    def __init__(self, image_column: str, transform: Callable[[Any], torch.Tensor] | None) -> None:
+        self.image_column = image_column
+        self.transform = transform
+
+    def __call__(self, examples: dict[str, list]) -> dict[str, list]:
+        images = [_encoded(item) for item in examples[self.image_column]]
+        if self.transform is None:
+            examples["jpeg_bytes"] = [_jpeg(image) for image in images]
+        else:
+            examples["pixel_values"] = [self.transform(image) for image in images]
+        return examples
+
+
+def _jpeg(image: Any) -> bytes:
+    if isinstance(image, bytes):
+        return image
+    buffer = io.BytesIO()  # a decoded image handed over by datasets: re-encode it for the device
+    image.convert("RGB").save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def collate_fn(examples: list[dict[str, Any]]) -> dict[str, Any]:
+    batch: dict[str, Any] = {
+        "input_ids": torch.tensor([e["input_ids"] for e in examples], dtype=torch.long),
+        "attention_mask": torch.tensor([e["attention_mask"] for e in examples], dtype=torch.long),
+        "return_loss": True,
+    }
+    if "pixel_values" in examples[0]:
+        batch["pixel_values"] = torch.stack([e["pixel_values"] for e in examples])
+    else:
+        batch["jpeg_bytes"] = [e["jpeg_bytes"] for e in examples]
+    return batch
+
+
+def prepare_split(
+    dataset: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    data_args: DataTrainingArguments,
+    transform: ImageTransform,
+    max_samples: int | None,
+    desc: str,
+    image_size: int,
+    mediapipe: bool = False,
+) -> Any:
+    """Tokenize once (cached), then attach the image transform that runs per batch in the workers.
+
+    With mediapipe the HPU pipeline reads the raw rows; the transform is only handed over, for the
+    loader to fall back on (the attributes are the ones the published example's loader reads).
+    """
+    if max_samples is not None:
+        dataset = dataset.select(range(min(len(dataset), max_samples)))
+    caption_column = data_args.caption_column
+
+    def tokenize(examples: dict[str, list]) -> dict[str, list]:
+        encoded = tokenizer(
+            list(examples[caption_column]),
+            max_length=data_args.max_seq_length,
+            padding="max_length",
+            truncation=True,
+        )
+        examples["input_ids"] = encoded.input_ids
+        examples["attention_mask"] = encoded.attention_mask
+        return examples
+
+    dataset = dataset.map(
+        tokenize,
+        batched=True,
+        remove_columns=[c for c in dataset.column_names if c != data_args.image_column],
+        num_proc=data_args.preprocessing_num_workers,
+        load_from_cache_file=not data_args.overwrite_cache,
+        desc=f"Running tokenizer on {desc} dataset",
+    )
+    if mediapipe:
+        dataset.transform_func = transform
+        dataset.image_mean, dataset.image_std = list(CLIP_MEAN), list(CLIP_STD)
+        dataset.text_max_length = data_args.max_seq_length
+        dataset.image_resize = image_size
+    else:
+        dataset.set_transform(transform)
+    return dataset
+
+
+# ----------------------------------------------------------------------------------------------
+# Trainer
+
+
+def trainer_class(base: type, device_decode: bool, image_size: int) -> type:
+    """``base``, or a subclass that decodes the batch's JPEG bytes on the device before the forward."""
+    if not device_decode:
+        return base
+
+    class DeviceDecodeTrainer(base):
+        def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+            jpegs = inputs.pop("jpeg_bytes", None)
+            inputs = super()._prepare_inputs(inputs)
+            if jpegs is not None:
+                inputs["pixel_values"] = decode_batch_on_device(
+                    jpegs, image_size, self.args.device, CLIP_MEAN, CLIP_STD
+                )
+            return inputs
+
+    return DeviceDecodeTrainer
+
+
+def gaudi_setup(bench: BenchmarkArguments, model_args: ModelArguments) -> tuple[type, dict[str, Any]]:
+    from optimum.habana import GaudiConfig, GaudiTrainer
+
+    try:
+        gaudi_config = GaudiConfig.from_pretrained(
+            bench.gaudi_config_name, cache_dir=model_args.cache_dir, token=model_args.token
+        )
+    except (OSError, ValueError) as error:
+        # Habana/clip holds three switches (SOURCES.md §4); offline, set them here.
+        logger.warning(
+            "Gaudi config %s not loaded (%s): fused Adam, fused clip-norm, bf16 autocast",
+            bench.gaudi_config_name,
+            _first_line(error),
+        )
+        gaudi_config = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
+    return GaudiTrainer, {"gaudi_config": gaudi_config}
+
+
+def mediapipe_trainer(data_args: DataTrainingArguments, on_gaudi: bool) -> type | None:
+    """The published example's HPU-decoding trainer, or None (the CPU loader) with the reason logged."""
+    if not data_args.mediapipe_dataloader:
+        return None
+    if not on_gaudi:
+        logger.warning(
+            "--mediapipe_dataloader needs Gaudi: falling back to the CPU loader, as the published script does"
+        )
+        return None
+    try:  # it lives beside the published script (examples/contrastive-image-text), not in the package
+        from habana_dataloader_trainer import HabanaDataloaderTrainer
+    except ImportError as error:
+        logger.warning("--mediapipe_dataloader: %s; falling back to the CPU loader", _first_line(error))
+        return None
+    return HabanaDataloaderTrainer
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def _given(argv: Sequence[str], name: str) -> bool:
+    return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    # Every rank would repeat the same fallback warnings: only the main one speaks below errors.
+    logger.setLevel(logging.INFO if training_args.should_log else logging.ERROR)
+    # Loader workers fork after the captions are tokenized; tokenizers would then turn its threads
+    # off itself, with a warning per worker.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+
+
+def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_dir: RunDir) -> None:
+    """The Trainer's settings the run directory needs, where the command line leaves them open."""
+    # TensorBoard goes where the kit collects it, unless the command line says otherwise.
+    if not _given(argv, "logging_dir"):
+        training_args.logging_dir = str(run_dir.tensorboard_dir)
+    if not _given(argv, "report_to"):
+        training_args.report_to = ["tensorboard"]
+    if training_args.remove_unused_columns:
+        # The Trainer would drop the image column the on-the-fly transform reads (published: =False).
+        logger.info("remove_unused_columns set to False: the image transform needs the image column")
+        training_args.remove_unused_columns = False
+
+
+def set_seed(seed: int, on_gaudi: bool) -> None:
+    if on_gaudi:
+        from optimum.habana.utils import set_seed as seed_everything
+    else:
+        from transformers import set_seed as seed_everything
+    seed_everything(seed)
+
+
+def prepare_model(model: BridgeTowerForContrastiveLearning, model_args: ModelArguments) -> None:
+    """Drop the text pooler (as published) and freeze the encoders the arguments name."""
+    if model_args.freeze_text_pooler:
+        model.bridgetower.text_model.pooler = None
+    for frozen, module in (
+        (model_args.freeze_vision_model, model.bridgetower.vision_model),
+        (model_args.freeze_text_model, model.bridgetower.text_model),
+    ):
+        if frozen:
+            module.requires_grad_(False)
+
+
+def load_splits(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    bench: BenchmarkArguments,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    image_size: int,
+    mediapipe: bool,
+) -> tuple[dict[str, Any], str, str | None]:
+    """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
+    with training_args.main_process_first(desc="dataset"):
+        dataset, data_source, data_fallback = load_data(model_args, data_args)
+    if "test" not in dataset:  # as published: carve validation and test out of train
+        dataset = dataset["train"].train_test_split(test_size=0.4, shuffle=True, seed=training_args.seed)
+        if "validation" not in dataset:
+            held_out = dataset["test"].train_test_split(test_size=0.5, shuffle=False)
+            dataset["validation"], dataset["test"] = held_out["train"], held_out["test"]
+    first_split = "train" if training_args.do_train else "validation"
+    for column in (data_args.image_column, data_args.caption_column):
+        if column not in dataset[first_split].column_names:
+            raise config_error(
+                PROG,
+                f"no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}",
+            )
+
+    if bench.image_pipeline != "published" or mediapipe:
+        import datasets
+
+        # These paths decode the JPEGs themselves: draft decoding and the HPU need the bytes, not an image.
+        dataset = dataset.cast_column(data_args.image_column, datasets.Image(decode=False))
+    transform = ImageTransform(data_args.image_column, image_pipeline(bench.image_pipeline, image_size))
+    splits: dict[str, Any] = {}
+    with training_args.main_process_first(desc="tokenization"):
+        for split, wanted, limit in (
+            ("train", training_args.do_train, data_args.max_train_samples),
+            ("validation", training_args.do_eval, data_args.max_eval_samples),
+            ("test", training_args.do_predict, data_args.max_eval_samples),
+        ):
+            if wanted:
+                splits[split] = prepare_split(
+                    dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
+                )
+    return splits, data_source, data_fallback
+
+
+def train_and_evaluate(
+    trainer: Trainer,
+    splits: dict[str, Any],
+    training_args: TrainingArguments,
+    bench: BenchmarkArguments,
+    tokenizer: PreTrainedTokenizerBase,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """--do_train, --do_eval, --do_predict as the published script runs them: (train, eval, test) metrics."""
+    train_metrics: dict[str, Any] = {}
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint is None and not training_args.overwrite_output_dir:
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_metrics = dict(train_result.metrics)
+        if bench.save_final_model:
+            trainer.save_model()
+            tokenizer.save_pretrained(training_args.output_dir)
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+        trainer.save_state()
+    eval_metrics = test_metrics = None
+    if training_args.do_eval:
+        eval_metrics = trainer.evaluate(ignore_keys=IGNORE_AT_INFERENCE)
+        trainer.log_metrics("validation", eval_metrics)
+        trainer.save_metrics("validation", eval_metrics)
+    if training_args.do_predict:
+        test_metrics = trainer.predict(
+            splits["test"], ignore_keys=IGNORE_AT_INFERENCE, metric_key_prefix="test"
+        ).metrics
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+    return train_metrics, eval_metrics, test_metrics
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
+    on_gaudi = gaudi and bench.use_habana
+    setup_logging(training_args)
+
+    # 2. Open the run directory, where the Trainer's TensorBoard logs go too
+    run_dir = RunDir(training_args.output_dir)
+    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+    point_at_run_dir(training_args, argv, run_dir)
+    set_seed(training_args.seed, on_gaudi)
+
+    # 3. Build the model and the tokenizer: the hub's, else offline ones
+    model, model_source, model_fallback = load_model(model_args)
+    model_parameters = sum(p.numel() for p in model.parameters())
+    prepare_model(model, model_args)
+    trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    tokenizer, tokenizer_source = load_tokenizer(model_args)
+    image_size = model.config.vision_config.image_size
+
+    # 4. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(
+        lambda: flops_per_sample(model.config, data_args.max_seq_length, model_args)
+    )
+
+    # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
+    mediapipe = mediapipe_trainer(data_args, on_gaudi)
+    splits, data_source, data_fallback = load_splits(
+        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe is not None
+    )
+
+    # 6. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
+    if on_gaudi:
+        base, extra = gaudi_setup(bench, model_args)
+    else:
+        base, extra = Trainer, {}
+    base = mediapipe or base
+    world_size = training_args.world_size
+    global_batch = (
+        training_args.per_device_train_batch_size * world_size * training_args.gradient_accumulation_steps
+    )
+    throughput = hf_throughput_callback(run_dir, bench.throughput_warmup_steps, global_batch)
+    trainer = trainer_class(base, bench.image_pipeline == "gpu_decode", image_size)(
+        model=model,
+        args=training_args,
+        train_dataset=splits.get("train"),
+        eval_dataset=splits.get("validation"),
+        data_collator=collate_fn,
+        callbacks=[throughput],
+        **extra,
+    )
+    logger.info(
+        "%s (%s, %.1fM parameters, %.1fM trained), data %s, tokenizer %s, batch %d x %d x %d = %d, "
+        "workers %d, image pipeline %s, bf16 %s, %s",
+        model_args.model_name_or_path,
+        model_source,
+        model_parameters / 1e6,
+        trained_parameters / 1e6,
+        data_source,
+        tokenizer_source,
+        training_args.per_device_train_batch_size,
+        world_size,
+        training_args.gradient_accumulation_steps,
+        global_batch,
+        training_args.dataloader_num_workers,
+        bench.image_pipeline,
+        training_args.bf16,
+        "GaudiTrainer" if on_gaudi else "Trainer",
+    )
+
+    # 7. Train, evaluate and predict, as asked
+    train_metrics, eval_metrics, test_metrics = train_and_evaluate(
+        trainer, splits, training_args, bench, tokenizer
+    )
+
+    # 8. Write the summary, last
+    return run_dir.write_summary(
+        throughput.meter,
+        status="ok",
+        # The Trainer's own figure: the whole run on transformers (what the GPU numbers were published
+        # with), after its warm-up steps on Gaudi.
+        train_samples_per_second=train_metrics.get("train_samples_per_second"),
+        trainer_metrics=train_metrics,
+        eval_metrics=eval_metrics,
+        test_metrics=test_metrics,
+        final_loss=throughput.last_logs.get("loss"),
+        model=model_args.model_name_or_path,
+        model_revision=model_args.model_revision if model_source == "hub" else None,
+        model_source=model_source,
+        model_fallback_reason=model_fallback,
+        model_parameters=model_parameters,
+        trained_parameters=trained_parameters,
+        tokenizer_source=tokenizer_source,
+        data_source=data_source,
+        data_fallback_reason=data_fallback,
+        dataset=data_args.dataset_name,
+        dataset_revision=data_args.dataset_revision if data_source == "hub" else None,
+        trainer="GaudiTrainer" if on_gaudi else "Trainer",
+        per_device_train_batch_size=training_args.per_device_train_batch_size,
+        gradient_accumulation_steps=training_args.gradient_accumulation_steps,
+        global_batch_size=global_batch,
+        dataloader_num_workers=training_args.dataloader_num_workers,
+        image_pipeline=bench.image_pipeline,
+        mediapipe=mediapipe is not None,
+        distribution_strategy=bench.distribution_strategy,
+        bf16=training_args.bf16,
+        max_seq_length=data_args.max_seq_length,
+        image_size=image_size,
+        **flops.summary_fields(
+            sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Command lines of the trainers: dataclasses parsed by HfArgumentParser, errors in one line.
+
+A configuration problem ends the trainer with one line, ``<prog>: error: <what is wrong>`` (argparse's
+own wording), before anything heavy starts and without a traceback: the kit shows the last line of
+a failed run's log as its cause. ``<prog>`` is the published script's name (``run_volo.py``), also
+when the trainer runs as ``python -m reprokit_trainers.volo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from transformers import HfArgumentParser
+
+
+@dataclass
+class MfuArguments:
+    """What every trainer's parser includes to report its model FLOPs utilization (flops.py)."""
+
+    device_peak_tflops: float | None = field(
+        default=None,
+        metadata={
+            "help": "the device's peak TFLOP/s for MFU, e.g. a measured bf16 matmul rate "
+            "(default: the datasheet's dense bf16/fp16 peak of a known GPU; none on CPUs)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.device_peak_tflops is not None and not self.device_peak_tflops > 0:
+            raise ValueError(f"--device_peak_tflops {self.device_peak_tflops}: a peak is a positive TFLOP/s")
+
+
+def arguments_dict(*parsed: Any) -> dict[str, Any]:
+    """Every argument of a run, from its parsed dataclasses: what summary.json records as ``args``."""
+    return {name: value for arguments in parsed for name, value in asdict(arguments).items()}
+
+
+def config_error(prog: str, message: str) -> SystemExit:
+    """The exception a configuration problem ends the trainer with: raise it ``from None``."""
+    return SystemExit(f"{prog}: error: {message}")
+
+
+@contextmanager
+def one_line_errors(prog: str, *kinds: type[BaseException]) -> Iterator[None]:
+    """Turn the configuration errors ``kinds`` raised inside the block into one line."""
+    try:
+        yield
+    except kinds as problem:
+        raise config_error(prog, str(problem)) from None
+
+
+def parse_command_line(
+    prog: str, dataclass_types: Sequence[type], argv: Sequence[str] | None = None
+) -> tuple[Any, ...]:
+    """One instance of each dataclass, from ``argv`` (default: the command line).
+
+    argparse's own errors (an unknown flag, a bad value) print the usage and exit 2, as any
+    HfArgumentParser script does; a dataclass's own checks (``__post_init__``, e.g.
+    TrainingArguments' ``--bf16`` where nothing supports it) end in one line.
+    """
+    parser = HfArgumentParser(dataclass_types, prog=prog)
+    with one_line_errors(prog, ValueError):
+        return tuple(parser.parse_args_into_dataclasses(args=argv))

@@ -1,0 +1,398 @@
+"""ImageNet-style training data for the image trainers: real folders or a synthetic stand-in.
+
+Throughput is what the kit measures, so the data path must cost what the published one costs:
+
+- ``ImageFolderSource`` reads ImageNet's ``<root>/train/<class>/*.JPEG`` layout (classes sorted,
+  as torchvision's ImageFolder and timm number them);
+- ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (synthetic.py)
+  from a pool built once per process, so every sample is decoded and augmented for real;
+- ``ImageTrainDataset`` decodes and augments in the DataLoader workers and returns uint8 crops;
+  normalization and random erasing run on the device afterwards (``DeviceNormalize``), as timm's
+  prefetching loader does in the published scripts (it is on by default there).
+
+``TrainTransform`` reports the crop box and the flip of each sample so that per-image targets
+(token-label maps) can be cropped with the image.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from PIL import Image
+
+from .synthetic import jpeg_bytes, sample_sizes
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
+
+
+@dataclass
+class ImageNetArguments:
+    """The image data of the ImageNet trainers (VOLO, ViT): a real ImageNet folder or its synthetic stand-in."""
+
+    dataset_name: str = field(default="imagenet-1k", metadata={"help": "recorded in the summary"})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "ImageNet root with train/<class>/*.JPEG; without it, synthetic data"}
+    )
+    synthetic_data: bool = field(
+        default=False, metadata={"help": "use synthetic ImageNet-like JPEGs even with data_dir"}
+    )
+    synthetic_num_train: int = field(default=1_281_167, metadata={"help": "epoch length (ImageNet-1k train)"})
+    synthetic_num_classes: int = field(default=1000)
+    synthetic_image_width: list[int] = field(
+        default_factory=lambda: [375, 500], metadata={"help": "[min, max]"}
+    )
+    synthetic_image_height: list[int] = field(
+        default_factory=lambda: [333, 500], metadata={"help": "[min, max]"}
+    )
+    synthetic_pool_size: int = field(
+        default=512, metadata={"help": "distinct JPEGs the samples cycle through"}
+    )
+    synthetic_seed: int = field(default=0)
+
+    def image_source(self) -> tuple[ImageFolderSource | SyntheticImageSource, dict[str, Any]]:
+        """The ImageNet folder when one is given (and synthetic data not forced), else the stand-in;
+        with what the summary records of it."""
+        if self.data_dir and not self.synthetic_data:
+            folder = ImageFolderSource(self.data_dir)
+            return folder, {
+                "data": "imagenet-folder",
+                "data_dir": self.data_dir,
+                "num_classes_data": folder.num_classes,
+            }
+        source = SyntheticImageSource(
+            self.synthetic_num_train,
+            self.synthetic_num_classes,
+            self.synthetic_image_width,
+            self.synthetic_image_height,
+            self.synthetic_pool_size,
+            self.synthetic_seed,
+        )
+        return source, {
+            "data": "synthetic",
+            "synthetic_pool_size": len(source.pool),
+            "num_classes_data": source.num_classes,
+        }
+
+
+class ImageFolderSource:
+    """``<root>/<split>/<class>/<image>``: ImageNet's layout; class ids follow the sorted class names."""
+
+    def __init__(self, root: str | os.PathLike, split: str = "train") -> None:
+        base = Path(root)
+        if (base / split).is_dir():
+            base = base / split
+        if not base.is_dir():
+            raise ValueError(f"no image folder at {base} (expected <data_dir>/{split}/<class>/*.JPEG)")
+        classes = sorted(entry.name for entry in os.scandir(base) if entry.is_dir())
+        self.root = base
+        self.classes = classes
+        self.samples: list[tuple[str, int]] = []
+        for label, name in enumerate(classes):
+            files = sorted(
+                entry.name
+                for entry in os.scandir(base / name)
+                if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS)
+            )
+            self.samples += [(f"{name}/{file}", label) for file in files]
+        if not self.samples:
+            raise ValueError(f"no images under {base}/<class>/ (extensions {', '.join(IMAGE_EXTENSIONS)})")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def read(self, index: int) -> bytes:
+        return (self.root / self.samples[index][0]).read_bytes()
+
+    def label(self, index: int) -> int:
+        return self.samples[index][1]
+
+    def key(self, index: int) -> str:
+        """``<class>/<stem>``: how per-image side data (token-label maps) is filed."""
+        return self.samples[index][0].rsplit(".", 1)[0]
+
+
+class SyntheticImageSource:
+    """``num_samples`` images cycling through a pool of distinct JPEGs of ImageNet-like sizes.
+
+    Encoding a JPEG costs about what decoding one does, so the bytes are made once, up front,
+    and each sample only pays the decode that a real one pays. Labels are spread over the classes.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        num_classes: int = 1000,
+        widths: Sequence[int] = (375, 500),
+        heights: Sequence[int] = (333, 500),
+        pool_size: int = 512,
+        seed: int = 0,
+    ) -> None:
+        if num_samples < 1 or pool_size < 1:
+            raise ValueError("the synthetic dataset needs num_train >= 1 and pool_size >= 1")
+        rng = np.random.default_rng(seed)
+        sizes = sample_sizes(min(pool_size, num_samples), rng, widths, heights)
+        self.pool = [jpeg_bytes(w, h, rng) for w, h in sizes]
+        self.num_samples = num_samples
+        self.num_classes = num_classes
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def read(self, index: int) -> bytes:
+        return self.pool[index % len(self.pool)]
+
+    def label(self, index: int) -> int:
+        # A fixed odd multiplier spreads consecutive indices over all classes, deterministically.
+        return (index * 7919 + self.seed) % self.num_classes
+
+    def key(self, index: int) -> str:
+        return f"synthetic/{index:08d}"
+
+
+def open_rgb(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+@dataclass(frozen=True)
+class Crop:
+    """Where a training crop came from: box (x0, y0, x1, y1) as fractions of the source image.
+
+    The box is in the coordinates of the image after the horizontal flip, when there was one.
+    """
+
+    box: tuple[float, float, float, float]
+    flipped: bool
+
+
+def random_resized_crop_params(
+    width: int, height: int, scale: Sequence[float], ratio: Sequence[float]
+) -> tuple[int, int, int, int]:
+    """(top, left, h, w) of a random-resized crop, drawn by torchvision's (and timm's) rule."""
+    from torchvision.transforms import RandomResizedCrop
+
+    # get_params reads only the size: an expanded one-element tensor stands in for the image.
+    stand_in = torch.empty(1, 1, 1).expand(3, height, width)
+    return tuple(RandomResizedCrop.get_params(stand_in, list(scale), list(ratio)))
+
+
+class TrainTransform:
+    """Flip, RandAugment, random-resized crop: in the order the token-labeling toolbox applies them.
+
+    sail-sg/volo trains with the token-labeling toolbox's transforms, which flip and augment the
+    whole decoded image and crop last (so the crop box can be recorded for the label map). timm's
+    RandAugment is used as published (``rand-m9-mstd0.5-inc1``); the resize interpolation is
+    bilinear or bicubic at random (``--train-interpolation random``). Returns a uint8 CHW crop.
+    """
+
+    def __init__(
+        self,
+        img_size: int,
+        auto_augment: str | None = "rand-m9-mstd0.5-inc1",
+        hflip: float = 0.5,
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        interpolation: str = "random",
+        mean: Sequence[float] = IMAGENET_MEAN,
+    ) -> None:
+        self.img_size = img_size
+        self.hflip = hflip
+        self.scale, self.ratio = tuple(scale), tuple(ratio)
+        if interpolation == "random":
+            self.interpolations = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)
+        else:
+            self.interpolations = (Image.Resampling[interpolation.upper()],)
+        self.rand_augment = None
+        if auto_augment:
+            from timm.data.auto_augment import rand_augment_transform
+
+            hparams = {
+                "translate_const": int(img_size * 0.45),
+                "img_mean": tuple(min(255, round(255 * m)) for m in mean),
+            }
+            self.rand_augment = rand_augment_transform(auto_augment, hparams)
+
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, Crop]:
+        flipped = random.random() < self.hflip
+        if flipped:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        if self.rand_augment is not None:
+            image = self.rand_augment(image)
+        width, height = image.size
+        top, left, h, w = random_resized_crop_params(width, height, self.scale, self.ratio)
+        size = (self.img_size, self.img_size)
+        # Pillow's resize with box= is crop-then-resize in one pass (torchvision's resized_crop).
+        crop = image.resize(size, random.choice(self.interpolations), box=(left, top, left + w, top + h))
+        tensor = torch.from_numpy(np.asarray(crop, dtype=np.uint8).copy()).permute(2, 0, 1)
+        box = (left / width, top / height, (left + w) / width, (top + h) / height)
+        return tensor, Crop(box=box, flipped=flipped)
+
+
+class ImageTrainDataset(torch.utils.data.Dataset):
+    """Decodes and augments one sample per call (in a DataLoader worker).
+
+    ``encoded=True`` skips the decode: the sample carries its JPEG bytes and a crop drawn from the
+    header's size, for loaders that decode on the device. ``extra(index, crop)`` adds per-sample
+    side data (e.g. token-label maps) to the returned dict.
+    """
+
+    def __init__(
+        self,
+        source: ImageFolderSource | SyntheticImageSource,
+        transform: TrainTransform,
+        encoded: bool = False,
+        extra: Callable[[int, Crop], dict[str, Any]] | None = None,
+    ) -> None:
+        self.source = source
+        self.transform = transform
+        self.encoded = encoded
+        self.extra = extra
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        data = self.source.read(index)
+        sample: dict[str, Any] = {"labels": self.source.label(index)}
+        if self.encoded:
+            width, height = Image.open(io.BytesIO(data)).size  # header only, no decode
+            flipped = random.random() < self.transform.hflip
+            top, left, h, w = random_resized_crop_params(
+                width, height, self.transform.scale, self.transform.ratio
+            )
+            crop = Crop(
+                box=(left / width, top / height, (left + w) / width, (top + h) / height), flipped=flipped
+            )
+            sample["jpeg"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        else:
+            sample["pixel_values"], crop = self.transform(open_rgb(data))
+        sample["crop_box"] = torch.tensor(crop.box, dtype=torch.float32)
+        sample["flipped"] = crop.flipped
+        if self.extra is not None:
+            sample.update(self.extra(index, crop))
+        return sample
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """default_collate, except JPEG byte strings (of different lengths) stay a list."""
+    jpegs = [s.pop("jpeg") for s in samples] if "jpeg" in samples[0] else None
+    batch = torch.utils.data.default_collate(samples)
+    if jpegs is not None:
+        batch["jpeg"] = jpegs
+    return batch
+
+
+def train_loader(
+    dataset: torch.utils.data.Dataset, batch_size: int, num_workers: int, pin_memory: bool, seed: int
+) -> torch.utils.data.DataLoader:
+    """Shuffled full batches: in a group of several ranks each reads its own share of every epoch."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        drop_last=True,
+        persistent_workers=num_workers > 0,
+        worker_init_fn=seed_worker,
+    )
+
+
+def set_epoch(loader: torch.utils.data.DataLoader, epoch: int) -> None:
+    """Reshuffle the ranks' shares for a new epoch (a single process's RandomSampler needs nothing)."""
+    if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
+        loader.sampler.set_epoch(epoch)
+
+
+def seed_worker(worker_id: int) -> None:
+    """Give each worker its own numpy stream: timm's RandAugment picks its ops with numpy."""
+    np.random.seed(torch.initial_seed() % 2**32)
+
+
+class DeviceNormalize:
+    """uint8 batch on the device -> normalized float, then random erasing (CutOut), on the device."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        re_prob: float = 0.25,
+        re_mode: str = "pixel",
+        re_count: int = 1,
+    ) -> None:
+        self.mean = torch.tensor([255 * m for m in mean], device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor([255 * s for s in std], device=device).view(1, 3, 1, 1)
+        self.erase = None
+        if re_prob > 0:
+            from timm.data.random_erasing import RandomErasing
+
+            self.erase = RandomErasing(re_prob, mode=re_mode, max_count=re_count, device=str(device))
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        out = images.float().sub_(self.mean).div_(self.std)
+        return self.erase(out) if self.erase is not None else out
+
+
+class GpuDecode:
+    """JPEG bytes -> augmented uint8 crops on a CUDA device (nvJPEG through torchvision).
+
+    The crop boxes and flips were drawn in the workers from the JPEG headers, so targets that are
+    cropped with the image stay consistent. RandAugment here is torchvision's (2 ops, magnitude 9),
+    applied to the crop: close to, not the same as, timm's ``rand-m9-mstd0.5-inc1`` on the image.
+    """
+
+    def __init__(self, img_size: int, device: torch.device, rand_augment: bool = True) -> None:
+        from torchvision.transforms import v2
+
+        self.img_size = img_size
+        self.device = device
+        self.rand_augment = v2.RandAugment(num_ops=2, magnitude=9) if rand_augment else None
+
+    def __call__(self, jpegs: list[torch.Tensor], boxes: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
+        from torchvision.io import ImageReadMode, decode_jpeg
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2 import functional as F
+
+        decoded = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device)
+        out = []
+        for image, box, flip in zip(decoded, boxes.tolist(), flipped.tolist(), strict=True):
+            if flip:
+                image = image.flip(-1)
+            height, width = image.shape[-2:]
+            top, left = round(box[1] * height), round(box[0] * width)
+            h, w = max(1, round((box[3] - box[1]) * height)), max(1, round((box[2] - box[0]) * width))
+            mode = random.choice((InterpolationMode.BILINEAR, InterpolationMode.BICUBIC))
+            image = F.resized_crop(
+                image, top, left, h, w, [self.img_size, self.img_size], mode, antialias=True
+            )
+            if self.rand_augment is not None:
+                image = self.rand_augment(image)
+            out.append(image)
+        return torch.stack(out)
+
+
+def steps_per_epoch(num_samples: int, global_batch: int) -> int:
+    """Full batches per epoch (training loaders drop the last partial batch)."""
+    return max(1, math.floor(num_samples / global_batch))

@@ -1,0 +1,97 @@
+"""Step logging into the run directory: from an explicit training loop, or from transformers' Trainer.
+
+Both feed a ``ThroughputMeter`` every optimizer step and, on logging steps, append a throughput.csv
+row with its TensorBoard scalars (rundir.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .distributed import is_main_process, log, reduce_mean
+from .rundir import RunDir, ThroughputMeter
+
+
+class StepLogger:
+    """The step logger of the explicit loops (VOLO, ViT).
+
+    Every step feeds the meter. On logging steps (every ``logging_steps``, and the last one) the loss
+    is averaged over ranks, a throughput.csv row is appended, ``train/loss`` and
+    ``train/learning_rate`` go to ``tensorboard/train`` and one line is printed (rank 0).
+    """
+
+    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int, logging_steps: int) -> None:
+        self.run_dir = run_dir
+        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
+        self.global_batch = global_batch
+        self.logging_steps = logging_steps
+        self.last_loss: float | None = None
+        self.writer = None
+        if is_main_process():
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(run_dir.tensorboard_dir / "train"))
+
+    def step(self, step: int, epoch: float, lr: float, loss: torch.Tensor, last: bool = False) -> None:
+        """Call once per optimizer step, on every rank: ``last`` marks the final step of the run."""
+        logged = step % self.logging_steps == 0 or last
+        # Every rank reaches the same logging steps, so the loss can be averaged over ranks there
+        # (and only there: the all-reduce waits for the step). It is inside the step's time.
+        value = reduce_mean(loss) if logged else None
+        self.meter.step_end(self.global_batch)
+        if value is None:
+            return
+        self.last_loss = value
+        row = self.run_dir.log_step(self.meter, epoch=epoch, loss=value, learning_rate=lr)
+        if self.writer is not None and row is not None:
+            self.writer.add_scalar("train/loss", value, step)
+            self.writer.add_scalar("train/learning_rate", lr, step)
+            log(
+                f"step {step} epoch {epoch:.3f} loss {value:.4f} lr {lr:.3e} {row['samples_per_second']:.1f} img/s"
+            )
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What summary.json says of the loop, beside the meter's own figures."""
+        return {
+            "final_loss": self.last_loss,
+            # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
+            "train_samples_per_second": self.meter.samples / max(self.meter.elapsed, 1e-9),
+        }
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def hf_throughput_callback(run_dir: RunDir, warmup_steps: int, global_batch_size: int):
+    """A transformers TrainerCallback that feeds a ThroughputMeter from the Trainer's loop.
+
+    Built lazily so that trainers not using transformers do not import it.
+    """
+    from transformers import TrainerCallback
+
+    class ThroughputCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
+            self.last_logs: dict[str, Any] = {}
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.meter.step_end(global_batch_size)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            if "loss" in logs:
+                self.last_logs = dict(logs)
+                run_dir.log_step(
+                    self.meter,
+                    epoch=state.epoch,
+                    loss=logs.get("loss"),
+                    learning_rate=logs.get("learning_rate"),
+                )
+
+    return ThroughputCallback()

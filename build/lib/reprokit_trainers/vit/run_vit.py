@@ -1,0 +1,510 @@
+"""Train pycls's ViT on ImageNet with each rung of Meta's speedup ladder, and measure img/s.
+
+The publication (Meta AI 2022, SOURCES.md §2) stacked optimizations on a DDP fp32 baseline of
+facebookresearch/pycls's ViT; each is a switch here, so the ladder is one ablation:
+
+    --amp no|fp16|bf16|pure_fp16      fp16 = autocast + GradScaler (fp32 master weights);
+                                      pure_fp16 = the whole model and optimizer in fp16 (the 2.18x)
+    --optimizer_impl loop|foreach|fused   per-tensor loop, multi-tensor (torch._foreach_*, pycls's
+                                      OPTIM.MTA), or fused kernels
+    --classifier token|pooled         class token, or the mean of the tokens (no class token)
+    --layout batch_first|batch_second (N, L, E) or (L, N, E) into nn.MultiheadAttention
+    --sharding ddp|fsdp               FSDP with fp16 parameters and LayerNorms kept in fp32, as pycls
+                                      did with fairscale (LAYER_NORM_FP32)
+    --compile, --attention sdpa       beyond the publication: torch.compile, and SDPA called directly
+
+pycls's ViT recipe (its configs/fsdp/*.yaml, the ViT configs the repository ships): AdamW,
+base lr 1e-3 with 5 warmup epochs from 0.1x and a cosine to 0.005x over 100 epochs (set per epoch),
+weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugment on a random-sized
+crop with a flip. Not modeled (device-side, small next to a ViT step): MixUp/CutMix, the EMA copy of
+the weights, PCA lighting noise.
+
+    python -m reprokit_trainers.vit --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
+    torchrun --nproc_per_node 8 -m reprokit_trainers.vit ...     # NCCL on GPUs, gloo on CPUs
+
+A process started without torchrun still joins a 1-rank process group, so DDP and FSDP wrap the
+model exactly as on 8 devices. Results go to the run directory through rundir.py: throughput.csv,
+tensorboard/, sysinfo.json and, last, summary.json.
+
+Why an explicit loop rather than transformers' Trainer: the ladder's rungs are the loop's own
+mechanics (how the model is wrapped, FSDP's mixed-precision policy with fp32 LayerNorms, a model cast
+to fp16 without master weights, which optimizer kernel steps), and Trainer owns exactly those; each
+rung would be an override of its internals. The loop is short and pycls's own is the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+import warnings
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
+
+from .model import ViT, vit_config
+
+PROG = "run_vit.py"  # the name errors and sysinfo.json give
+AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
+OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
+OPTIMIZERS = ("adamw", "sgd")
+SHARDINGS = ("ddp", "fsdp")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="pycls-vit-b16", metadata={"help": "pycls-vit-<size>; the size is taken from the name"}
+    )
+    model_revision: str | None = field(default=None, metadata={"help": "recorded only (no hub checkpoint)"})
+    model_size: str | None = field(
+        default=None, metadata={"help": "tiny | b16 | l16 (default: from model_name_or_path)"}
+    )
+    model_config_json: str | None = field(
+        default=None, metadata={"help": 'architecture overrides, e.g. \'{"n_layers": 2, "hidden_d": 64}\''}
+    )
+    classifier: str = field(default="token", metadata={"help": "token | pooled (pycls VIT.CLASSIFIER_TYPE)"})
+    layout: str = field(default="batch_first", metadata={"help": "batch_first | batch_second"})
+    attention: str = field(default="mha", metadata={"help": "mha (nn.MultiheadAttention) | sdpa"})
+    img_size: int = field(default=224, metadata={"help": "training image size (pycls TRAIN.IM_SIZE)"})
+    num_classes: int = field(default=1000)
+
+
+@dataclass
+class DataArguments(imagenet.ImageNetArguments):
+    dataloader_num_workers: int = field(
+        default=10, metadata={"help": "per process (pycls DATA_LOADER.NUM_WORKERS)"}
+    )
+    pin_memory: bool = field(default=True, metadata={"help": "pycls DATA_LOADER.PIN_MEMORY"})
+    augment: str = field(default="AutoAugment", metadata={"help": "AutoAugment | none (pycls TRAIN.AUGMENT)"})
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = field(metadata={"help": "the run directory"})
+    per_device_train_batch_size: int = field(default=70, metadata={"help": "images per device per step"})
+    amp: str = field(default="no", metadata={"help": "no | fp16 | bf16 | pure_fp16"})
+    optimizer: str = field(default="adamw", metadata={"help": "adamw (pycls's ViT configs) | sgd"})
+    optimizer_impl: str = field(default="loop", metadata={"help": "loop | foreach | fused"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "pycls OPTIM.BASE_LR"})
+    weight_decay: float = field(
+        default=0.24, metadata={"help": "0 on biases and LayerNorms, as pycls's configs"}
+    )
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.999)
+    adam_epsilon: float = field(default=1e-8)
+    momentum: float = field(default=0.9, metadata={"help": "sgd only"})
+    nesterov: bool = field(default=True, metadata={"help": "sgd only"})
+    epochs: int = field(default=100, metadata={"help": "pycls OPTIM.MAX_EPOCH (the schedule's length)"})
+    warmup_epochs: int = field(default=5)
+    warmup_factor: float = field(default=0.1)
+    min_lr: float = field(default=0.005, metadata={"help": "pycls OPTIM.MIN_LR: a fraction of the base lr"})
+    label_smoothing: float = field(default=0.1)
+    sharding: str = field(default="ddp", metadata={"help": "ddp | fsdp"})
+    fsdp_reshard_after_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "pycls FSDP.RESHARD_AFTER_FW (False in its configs: SHARD_GRAD_OP; True: FULL_SHARD)"
+        },
+    )
+    fsdp_layer_norm_fp32: bool = field(
+        default=True, metadata={"help": "keep LayerNorms in fp32 under FSDP mixed precision (pycls)"}
+    )
+    compile: bool = field(default=False, metadata={"help": "torch.compile the wrapped model"})
+    max_steps: int = field(
+        default=-1, metadata={"help": "stop after this many steps (benchmarks, smoke runs)"}
+    )
+    logging_steps: int = field(default=100, metadata={"help": "pycls LOG_PERIOD"})
+    throughput_warmup_steps: int = field(default=10)
+    seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
+
+
+def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"--{name} {value}: choose one of {', '.join(allowed)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+
+def model_size(args: ModelArguments) -> str:
+    if args.model_size:
+        return args.model_size
+    match = re.search(r"(tiny|b16|l16)$", args.model_name_or_path)
+    if not match:
+        raise ValueError(
+            f"--model_name_or_path {args.model_name_or_path}: name a size (pycls-vit-b16) or give --model_size"
+        )
+    return match.group(1)
+
+
+def build_model(args: ModelArguments) -> ViT:
+    overrides = json.loads(args.model_config_json) if args.model_config_json else {}
+    overrides = {**overrides, "image_size": args.img_size, "num_classes": args.num_classes}
+    config = vit_config(
+        model_size(args), overrides, classifier=args.classifier, layout=args.layout, attention=args.attention
+    )
+    return ViT(config)
+
+
+def flops_per_sample(args: ModelArguments) -> float:
+    """FLOPs of one training sample (forward and backward) of the ViT these arguments build.
+
+    The classifier and layout switches change the count slightly (one token more or less); the
+    precision does not.
+    """
+
+    def step(model: nn.Module, batch: int) -> torch.Tensor:
+        return model(torch.zeros(batch, 3, args.img_size, args.img_size)).sum()
+
+    return flops.count_training_flops(lambda: build_model(args), step)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+class PyclsTrainTransform:
+    """pycls's ImageNet training transform: random-sized crop, flip, then AutoAugment on the crop.
+
+    pycls's AutoAugment is timm's "v0" policy (pycls/datasets/augment.py says they match), so timm's
+    is used. Returns a uint8 CHW crop and where it came from (imagenet.py's contract).
+    """
+
+    def __init__(
+        self,
+        img_size: int,
+        augment: str = "AutoAugment",
+        hflip: float = 0.5,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    ) -> None:
+        self.img_size, self.hflip, self.scale, self.ratio = img_size, hflip, scale, ratio
+        self.augment = None
+        if augment.lower() not in ("", "none"):
+            if augment != "AutoAugment":
+                raise ValueError(f"--augment {augment}: the kit supports AutoAugment or none")
+            from timm.data.auto_augment import auto_augment_transform
+
+            mean = tuple(round(255 * m) for m in imagenet.IMAGENET_MEAN)
+            self.augment = auto_augment_transform(
+                "v0", {"translate_const": int(img_size * 0.45), "img_mean": mean}
+            )
+            # pycls keeps at least 1 bit in Posterize (its POSTERIZE_MIN = 1) where timm's v0 keeps
+            # int(m / 10 * 4), 0 at m = 2, which Pillow refuses: lift those ops to 1 bit, as pycls.
+            for op in (op for sub_policy in self.augment.policy for op in sub_policy):
+                if op.name == "Posterize" and int(op.magnitude / 10 * 4) < 1:
+                    op.magnitude = 2.5
+
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagenet.Crop]:
+        width, height = image.size
+        top, left, h, w = imagenet.random_resized_crop_params(width, height, self.scale, self.ratio)
+        size = (self.img_size, self.img_size)
+        crop = image.resize(size, Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
+        flipped = random.random() < self.hflip
+        if flipped:
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        if self.augment is not None:
+            crop = self.augment(crop)
+        tensor = torch.from_numpy(np.asarray(crop, dtype=np.uint8).copy()).permute(2, 0, 1)
+        box = (left / width, top / height, (left + w) / width, (top + h) / height)
+        return tensor, imagenet.Crop(box=box, flipped=flipped)
+
+
+def build_loader(
+    args: DataArguments, img_size: int, batch_size: int, seed: int
+) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
+    source, described = args.image_source()
+    dataset = imagenet.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
+    loader = imagenet.train_loader(
+        dataset,
+        batch_size,
+        args.dataloader_num_workers,
+        pin_memory=args.pin_memory and torch.cuda.is_available(),
+        seed=seed,
+    )
+    return loader, described
+
+
+# ----------------------------------------------------------------------------------------------
+# The ladder's mechanics: wrapping, precision, optimizer
+
+
+@dataclass(frozen=True)
+class Precision:
+    mode: str
+    autocast_dtype: torch.dtype | None  # fp16 / bf16: autocast over fp32 master weights
+    model_dtype: torch.dtype  # pure_fp16: the parameters themselves are fp16
+    loss_scaling: bool  # dynamic loss scaling (GradScaler) for fp16 autocast
+
+    def autocast(self, device: torch.device) -> AbstractContextManager:
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(device.type, dtype=self.autocast_dtype)
+
+
+def precision(mode: str) -> Precision:
+    check_choice("amp", mode, AMP_MODES)
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mode)
+    # pure_fp16 has no master weights and, as apex's O3, no loss scaling: GradScaler cannot unscale
+    # fp16 gradients anyway. This is the rung the publication says sometimes loses accuracy.
+    model_dtype = torch.float16 if mode == "pure_fp16" else torch.float32
+    return Precision(mode, half, model_dtype, loss_scaling=mode == "fp16")
+
+
+def wrap_model(model: nn.Module, args: TrainArguments, prec: Precision, device: torch.device) -> nn.Module:
+    """DDP, or FSDP as pycls configured fairscale's: fp16 parameters, fp32 LayerNorms, one flat unit."""
+    if args.sharding == "ddp":
+        return nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    kwargs: dict[str, Any] = {}
+    if prec.autocast_dtype is not None:
+        dtype = prec.autocast_dtype
+        if args.fsdp_layer_norm_fp32:
+            # Each LayerNorm becomes its own FSDP unit with mixed precision off (its weights stay fp32);
+            # everything else is one flat unit whose parameters are gathered and computed in fp16.
+            kwargs["mixed_precision"] = MixedPrecision(
+                param_dtype=dtype,
+                reduce_dtype=dtype,
+                buffer_dtype=dtype,
+                _module_classes_to_ignore=(nn.LayerNorm,),
+            )
+            kwargs["auto_wrap_policy"] = ModuleWrapPolicy({nn.LayerNorm})
+        else:
+            kwargs["mixed_precision"] = MixedPrecision(
+                param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype
+            )
+    strategy = (
+        ShardingStrategy.FULL_SHARD if args.fsdp_reshard_after_forward else ShardingStrategy.SHARD_GRAD_OP
+    )
+    # use_orig_params: per-parameter weight decay groups and torch.compile need the original parameters.
+    return FullyShardedDataParallel(
+        model, sharding_strategy=strategy, device_id=device, use_orig_params=True, **kwargs
+    )
+
+
+NO_DECAY = re.compile(r"(^|\.)ln(_\d+)?\.|bias$")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """pycls's groups: no weight decay on LayerNorm parameters and biases (its ViT configs set 0)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if NO_DECAY.search(name) else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: nn.Module, args: TrainArguments, prec: Precision) -> torch.optim.Optimizer:
+    """AdamW (pycls's ViT configs) or SGD, stepped per tensor, multi-tensor or fused."""
+    check_choice("optimizer", args.optimizer, OPTIMIZERS)
+    check_choice("optimizer_impl", args.optimizer_impl, OPTIMIZER_IMPLS)
+    impl = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[
+        args.optimizer_impl
+    ]
+    groups = param_groups(model, args.weight_decay)
+    try:
+        if args.optimizer == "sgd":
+            return torch.optim.SGD(
+                groups, lr=args.learning_rate, momentum=args.momentum, nesterov=args.nesterov, **impl
+            )
+        eps = args.adam_epsilon
+        if prec.model_dtype == torch.float16 and args.optimizer_impl != "fused":
+            # The per-tensor and multi-tensor kernels do Adam's arithmetic in the parameters' dtype,
+            # where 1e-8 rounds to 0 and a zero gradient gives 0/0, and the second moment underflows
+            # (training diverges); fused kernels do the arithmetic in fp32. Avoid the NaNs, and say so.
+            eps = max(eps, 1e-7)
+            log(
+                f"--amp pure_fp16 with --optimizer_impl {args.optimizer_impl}: AdamW runs in fp16 (eps {eps:g}); use fused"
+            )
+        return torch.optim.AdamW(
+            groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=eps, **impl
+        )
+    except RuntimeError as error:  # e.g. fused kernels on a device without them
+        raise ValueError(f"--optimizer_impl {args.optimizer_impl}: {error}") from None
+
+
+def grad_scaler(args: TrainArguments, prec: Precision, device: torch.device) -> Any:
+    if args.sharding == "fsdp":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type, enabled=prec.loss_scaling)
+    return torch.amp.GradScaler(device.type, enabled=prec.loss_scaling)
+
+
+def pycls_lr(epoch: int, args: TrainArguments) -> float:
+    """pycls's cosine policy with linear warmup, evaluated once per epoch as pycls does."""
+    cosine = 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
+    lr = args.learning_rate * ((1.0 - args.min_lr) * cosine + args.min_lr)
+    if epoch < args.warmup_epochs:
+        alpha = epoch / args.warmup_epochs
+        lr *= args.warmup_factor * (1.0 - alpha) + alpha
+    return lr
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    loader: torch.utils.data.DataLoader,
+    args: TrainArguments,
+    prec: Precision,
+    device: torch.device,
+    logger: StepLogger,
+) -> int:
+    """Train until max_steps or the end of the schedule; returns the number of steps."""
+    normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
+    steps_per_epoch = len(loader)
+    step = 0
+    model.train()
+    for epoch in range(args.epochs):
+        imagenet.set_epoch(loader, epoch)
+        lr = pycls_lr(epoch, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for index, batch in enumerate(loader):
+            images = normalize(batch["pixel_values"].to(device, non_blocking=True)).to(prec.model_dtype)
+            labels = batch["labels"].to(device, non_blocking=True)
+            with prec.autocast(device):
+                logits = model(images)
+            loss = F.cross_entropy(logits.float(), labels, label_smoothing=args.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+            done = 0 < args.max_steps <= step
+            last = done or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
+            if done:
+                return step
+    return step
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
+    logging.basicConfig(level=logging.WARNING)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
+    # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
+    warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
+    warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
+
+    # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
+    device = accelerator_device()
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
+    with one_line_errors(PROG, ValueError, KeyError):
+        check_choice("sharding", train_args.sharding, SHARDINGS)
+        prec = precision(train_args.amp)
+        size = model_size(model_args)
+        rank, world = init_process_group(device, single_process_group=True)
+        random.seed(train_args.seed + rank)
+        np.random.seed(train_args.seed + rank)
+        torch.manual_seed(train_args.seed)  # the same initial weights on every rank
+        model = build_model(model_args)
+        parameters = sum(p.numel() for p in model.parameters())
+        model = wrap_model(model.to(device=device, dtype=prec.model_dtype), train_args, prec, device)
+        optimizer = build_optimizer(model, train_args, prec)
+    if train_args.compile:
+        model = torch.compile(model)
+    scaler = grad_scaler(train_args, prec, device)
+
+    # 3. Build the data loader
+    loader, data_info = build_loader(
+        data_args, model_args.img_size, train_args.per_device_train_batch_size, train_args.seed
+    )
+
+    # 4. Open the run directory
+    run_dir = RunDir(train_args.output_dir, unit="img/s")
+    run_dir.write_sysinfo(trainer=PROG)
+    per_device = train_args.per_device_train_batch_size
+    global_batch = per_device * world
+    rung = (
+        f"amp {prec.mode}, optimizer {train_args.optimizer}/{train_args.optimizer_impl}, classifier "
+        f"{model_args.classifier}, layout {model_args.layout}, attention {model_args.attention}, "
+        f"sharding {train_args.sharding}, compile {train_args.compile}"
+    )
+    log(
+        f"pycls ViT-{size} at {model_args.img_size}px ({parameters / 1e6:.2f}M parameters), batch {per_device} x "
+        f"{world} = {global_batch}, {rung}, data {data_info['data']}, {dist.get_backend()} on {device}"
+    )
+
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args))
+
+    # 6. Train
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    train(model, optimizer, scaler, loader, train_args, prec, device, logger)
+    logger.close()
+
+    # 7. Write the summary, last
+    meter = logger.meter
+    summary = run_dir.write_summary(
+        meter,
+        status="ok",
+        model=model_args.model_name_or_path,
+        model_size=size,
+        parameters=parameters,
+        img_size=model_args.img_size,
+        classifier=model_args.classifier,
+        layout=model_args.layout,
+        attention=model_args.attention,
+        amp=prec.mode,
+        optimizer=train_args.optimizer,
+        optimizer_impl=train_args.optimizer_impl,
+        optimizer_eps=optimizer.defaults.get("eps"),
+        sharding=train_args.sharding,
+        compile=train_args.compile,
+        process_group_backend=dist.get_backend(),
+        per_device_train_batch_size=per_device,
+        global_batch_size=global_batch,
+        dataloader_num_workers=data_args.dataloader_num_workers,
+        steps_per_epoch=len(loader),
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
+        **data_info,
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
+    )
+    destroy_process_group()
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,582 @@
+"""Train a VOLO (timm) on ImageNet with token labeling, as sail-sg/volo does, and measure img/s.
+
+The published recipe (sail-sg/volo main.py with the token-labeling toolbox; SOURCES.md §3, §4):
+AdamW, cosine schedule stepped per epoch with a linear warmup from ``--warmup_lr`` and ten cooldown
+epochs at ``--min_lr``, stochastic depth, mixed precision (apex O1 there, torch.amp here), label
+smoothing 0.1, RandAugment ``rand-m9-mstd0.5-inc1`` + random erasing 0.25, no MixUp/CutMix, and
+token labeling: dense top-5 score maps cropped with each image (RoIAlign), MixToken in the model,
+loss = 1.0 x class CE + 0.5 x token CE. Finetuning at a higher resolution loads the 224 checkpoint
+with its position embedding interpolated to the new token grid (``--finetune``).
+
+    python -m reprokit_trainers.volo --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
+        --per_device_train_batch_size 128 --lr 1.6e-3 --drop_path 0.1 --amp fp16 --token_label_size 14
+    torchrun --nproc_per_node 8 -m reprokit_trainers.volo ...      # DDP (NCCL on GPUs, gloo on CPUs)
+
+Results go to the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
+last, summary.json; the trained weights to ``<output_dir>/checkpoint/model.pt``.
+
+Why an explicit loop rather than transformers' Trainer: the recipe steps timm's per-epoch cosine
+schedule (warmup and cooldown in epochs), the model's training forward returns (class logits, token
+logits, MixToken box) that the loss consumes together, and batches are finished on the device
+(normalize, random erasing, RoIAlign of the label maps) between the loader and the model. Each of
+these would be an override of Trainer internals; the loop below is shorter than those overrides.
+Logging goes through the trainers' common step logger (``common/steps.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from reprokit_trainers.common import flops, imagenet
+from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    destroy_process_group,
+    init_process_group,
+    is_main_process,
+    log,
+)
+from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.steps import StepLogger
+
+from . import tokenlabel
+
+# VOLO D1-D5 as timm registers them (timm/models/volo.py; the same at every resolution). Kept here
+# because timm's entry points fix these values, so tiny overrides for smoke runs could not reach them.
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "volo_d1": {"layers": (4, 4, 8, 2), "embed_dims": (192, 384, 384, 384), "num_heads": (6, 12, 12, 12)},
+    "volo_d2": {"layers": (6, 4, 10, 4), "embed_dims": (256, 512, 512, 512), "num_heads": (8, 16, 16, 16)},
+    "volo_d3": {"layers": (8, 8, 16, 4), "embed_dims": (256, 512, 512, 512), "num_heads": (8, 16, 16, 16)},
+    "volo_d4": {"layers": (8, 8, 16, 4), "embed_dims": (384, 768, 768, 768), "num_heads": (12, 16, 16, 16)},
+    "volo_d5": {
+        "layers": (12, 12, 20, 4),
+        "embed_dims": (384, 768, 768, 768),
+        "num_heads": (12, 16, 16, 16),
+        "mlp_ratio": 4,
+        "stem_hidden_dim": 128,
+    },
+}
+PROG = "run_volo.py"  # the name errors and sysinfo.json give
+LOADERS = ("torch", "gpu_decode", "dali")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="volo_d1_224",
+        metadata={
+            "help": "timm VOLO name: volo_d1..volo_d5, optionally with a resolution (volo_d5_224, volo_d5_512)"
+        },
+    )
+    img_size: int | None = field(
+        default=None, metadata={"help": "published --img-size; default: the name's resolution"}
+    )
+    model_kwargs_json: str | None = field(
+        default=None,
+        metadata={"help": 'architecture overrides, e.g. \'{"layers":[1,1,1,1],"embed_dims":[32,64,64,64]}\''},
+    )
+    model_config_json: str | None = field(
+        default=None, metadata={"help": "the kit's name for the same overrides (recipe model.architecture)"}
+    )
+    num_classes: int = field(default=1000)
+    drop_path: float = field(default=0.0, metadata={"help": "published --drop-path: stochastic depth rate"})
+    finetune: str | None = field(
+        default=None,
+        metadata={
+            "help": "published --finetune: a checkpoint file, or a run directory holding checkpoint/model.pt"
+        },
+    )
+
+
+@dataclass
+class DataArguments(imagenet.ImageNetArguments):
+    synthetic_label_map_size: int = field(
+        default=18, metadata={"help": "H = W of synthetic token-label maps"}
+    )
+    token_label: bool = field(
+        default=True, metadata={"help": "published --token-label (always on: the recipe's loss)"}
+    )
+    token_label_data: str | None = field(
+        default=None,
+        metadata={"help": "published --token-label-data: <dir>/<class>/<image>.pt maps; else synthetic"},
+    )
+    token_label_size: int | None = field(
+        default=None, metadata={"help": "published --token-label-size; must be img_size / 16 (default: that)"}
+    )
+    loader: str = field(default="torch", metadata={"help": "torch (CPU workers), gpu_decode (nvJPEG), dali"})
+    dataloader_num_workers: int = field(default=8, metadata={"help": "published -j (main.py default 8)"})
+    pin_memory: bool = field(default=False, metadata={"help": "published --pin-mem"})
+    auto_augment: str = field(default="rand-m9-mstd0.5-inc1", metadata={"help": "published --aa"})
+    reprob: float = field(default=0.25, metadata={"help": "random erasing probability (CutOut)"})
+    remode: str = field(default="pixel")
+    recount: int = field(default=1)
+    hflip: float = field(default=0.5)
+    scale: list[float] = field(default_factory=lambda: [0.08, 1.0])
+    ratio: list[float] = field(default_factory=lambda: [3 / 4, 4 / 3])
+    train_interpolation: str = field(
+        default="random", metadata={"help": "random = bilinear or bicubic per image"}
+    )
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = field(metadata={"help": "the run directory"})
+    per_device_train_batch_size: int = field(default=128, metadata={"help": "published -b (per GPU)"})
+    lr: float = field(
+        default=1.6e-3,
+        metadata={
+            "help": "published --lr, used as is: sail-sg/volo main.py does not rescale it with the batch"
+        },
+    )
+    lr_base: float | None = field(
+        default=None, metadata={"help": "if set, lr = lr_base x global batch / 1024 (overrides --lr)"}
+    )
+    weight_decay: float = field(default=0.05)
+    opt_eps: float = field(default=1e-8)
+    epochs: int = field(default=300)
+    warmup_epochs: int = field(default=20)
+    cooldown_epochs: int = field(
+        default=10, metadata={"help": "epochs at min_lr after the cosine (timm: 10)"}
+    )
+    warmup_lr: float = field(default=1e-6)
+    min_lr: float = field(default=1e-5)
+    smoothing: float = field(default=0.1)
+    dense_weight: float = field(default=0.5)
+    cls_weight: float = field(default=1.0)
+    ground_truth: bool = field(default=False, metadata={"help": "published --ground-truth (finetuning)"})
+    mix_token: bool = field(default=True, metadata={"help": "MixToken (on in sail-sg/volo's models)"})
+    amp: str | None = field(
+        default=None, metadata={"help": "bf16 | fp16 | no (default: fp16 with --apex_amp, else no)"}
+    )
+    apex_amp: bool = field(
+        default=False, metadata={"help": "published --apex-amp: mapped to torch.amp fp16 + GradScaler"}
+    )
+    clip_grad: float | None = field(default=None)
+    max_steps: int = field(
+        default=-1, metadata={"help": "stop after this many steps (smoke runs, benchmarks)"}
+    )
+    logging_steps: int = field(default=50, metadata={"help": "main.py --log-interval"})
+    throughput_warmup_steps: int = field(default=5)
+    seed: int = field(default=42)
+    save_checkpoint: bool = field(default=True)
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
+    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+
+def parse_model_name(name: str) -> tuple[str, int | None]:
+    match = re.fullmatch(r"(volo_d[1-5])(?:_(\d+))?", name)
+    if not match:
+        raise ValueError(
+            f"unknown model {name!r}: use volo_d1..volo_d5, optionally with a resolution (volo_d5_224)"
+        )
+    return match.group(1), int(match.group(2)) if match.group(2) else None
+
+
+def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, dict[str, Any]]:
+    from timm.models.volo import VOLO
+
+    family, _ = parse_model_name(args.model_name_or_path)
+    architecture = dict(ARCHITECTURES[family])
+    for text in (args.model_config_json, args.model_kwargs_json):
+        if text:
+            architecture.update(json.loads(text))
+    model = VOLO(
+        img_size=img_size, num_classes=args.num_classes, drop_path_rate=args.drop_path, **architecture
+    )
+    return model, architecture
+
+
+def flops_per_sample(args: ModelArguments, img_size: int) -> float:
+    """FLOPs of one training sample (forward and backward) of the VOLO these arguments build at
+    ``img_size``: the class head and the token-label (aux) head both trained."""
+
+    def step(model: torch.nn.Module, batch: int) -> torch.Tensor:
+        outputs = model(torch.zeros(batch, 3, img_size, img_size))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor))
+
+    return flops.count_training_flops(lambda: build_model(args, img_size)[0], step)
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """A checkpoint file, or a run directory: its checkpoint/model.pt (this trainer) or newest *.pth.tar."""
+    candidate = Path(path)
+    if candidate.is_file():
+        return candidate
+    if candidate.is_dir():
+        for name in ("checkpoint/model.pt", "model.pt", "model_best.pth.tar"):
+            if (candidate / name).is_file():
+                return candidate / name
+        found = sorted(candidate.glob("*.pth*"), key=lambda p: p.stat().st_mtime)
+        if found:
+            return found[-1]
+    raise FileNotFoundError(
+        f"--finetune {path}: no checkpoint there (expected a file or <dir>/checkpoint/model.pt)"
+    )
+
+
+def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
+    """Load pretrained weights, resizing the [1, H, W, C] position embedding to the model's grid."""
+    from timm.layers import resample_abs_pos_embed_nhwc
+
+    file = resolve_checkpoint(path)
+    # Checkpoints from sail-sg/volo pickle their argparse namespace too, so weights_only cannot be used;
+    # these are files of the user's own runs.
+    checkpoint = torch.load(file, map_location="cpu", weights_only=False)
+    state = checkpoint.get("state_dict", checkpoint.get("model", checkpoint))
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    own = model.state_dict()
+    dropped = [
+        k
+        for k in ("head.weight", "head.bias", "aux_head.weight", "aux_head.bias")
+        if k in state and state[k].shape != own[k].shape
+    ]
+    for key in dropped:  # another number of classes: the classifiers start fresh (as sail-sg/volo does)
+        del state[key]
+    info: dict[str, Any] = {"finetune_from": str(file), "pos_embed_resized": None, "heads_reset": dropped}
+    old = state.get("pos_embed")
+    if old is not None and old.shape != model.pos_embed.shape:
+        new_size = list(model.pos_embed.shape[1:3])
+        # Bicubic, as sail-sg/volo's resize_pos_embed_4d (antialiasing only matters when shrinking).
+        state["pos_embed"] = resample_abs_pos_embed_nhwc(
+            old, new_size, interpolation="bicubic", antialias=False
+        )
+        info["pos_embed_resized"] = [list(old.shape[1:3]), new_size]
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[-1].strip()
+        raise ValueError(f"--finetune {file}: does not fit {type(model).__name__}: {first}") from None
+    missing = [k for k in missing if k not in dropped]
+    if missing or unexpected:
+        raise ValueError(
+            f"--finetune {file}: not a checkpoint of this architecture (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    return info
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+def build_data(
+    data_args: DataArguments, img_size: int, label_size: int, batch_size: int, seed: int
+) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
+    source, described = data_args.image_source()
+    maps = tokenlabel.LabelMaps(
+        data_args.token_label_data,
+        source.num_classes,
+        data_args.synthetic_label_map_size,
+        data_args.synthetic_seed,
+    )
+    described["token_label_data"] = data_args.token_label_data or "synthetic"
+
+    def label_map(index: int, crop: imagenet.Crop) -> dict[str, torch.Tensor]:
+        # The map travels whole; it is cropped with the image on the device, batched (RoIAlign).
+        return {"label_map": maps.load(index, source.key(index), source.label(index))}
+
+    transform = imagenet.TrainTransform(
+        img_size,
+        auto_augment=data_args.auto_augment or None,
+        hflip=data_args.hflip,
+        scale=data_args.scale,
+        ratio=data_args.ratio,
+        interpolation=data_args.train_interpolation,
+    )
+    dataset = imagenet.ImageTrainDataset(
+        source, transform, encoded=data_args.loader == "gpu_decode", extra=label_map
+    )
+    loader = imagenet.train_loader(
+        dataset, batch_size, data_args.dataloader_num_workers, data_args.pin_memory, seed
+    )
+    return loader, described
+
+
+def check_loader(loader: str) -> None:
+    """One-line errors for the faster loaders where they cannot run."""
+    if loader not in LOADERS:
+        raise ValueError(f"--loader {loader}: choose one of {', '.join(LOADERS)}")
+    if loader == "gpu_decode" and not torch.cuda.is_available():
+        raise ValueError(
+            "--loader gpu_decode decodes JPEGs on a CUDA GPU (torchvision.io.decode_jpeg); none is visible here"
+        )
+    if loader == "dali":
+        try:
+            import nvidia.dali  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "--loader dali needs NVIDIA DALI (pip install nvidia-dali-cuda120), which is not installed"
+            ) from None
+        raise ValueError(
+            "--loader dali is not implemented in this kit yet: use --loader gpu_decode (nvJPEG) or torch"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def amp_settings(train_args: TrainArguments) -> tuple[str, torch.dtype | None]:
+    mode = train_args.amp or ("fp16" if train_args.apex_amp else "no")
+    if mode not in ("bf16", "fp16", "no"):
+        raise ValueError(f"--amp {mode}: choose bf16, fp16 or no")
+    return mode, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
+
+
+@dataclass
+class Setup:
+    """Everything main() resolved before training: what the loop and the summary need."""
+
+    model: torch.nn.Module
+    architecture: dict[str, Any]
+    img_size: int
+    label_size: int
+    amp_mode: str
+    amp_dtype: torch.dtype | None
+    loader: torch.utils.data.DataLoader
+    data_info: dict[str, Any]
+    finetuned: dict[str, Any]
+
+
+def setup(
+    model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, rank: int
+) -> Setup:
+    """Check the configuration and build model and data; configuration problems raise ValueError."""
+    _, named_size = parse_model_name(model_args.model_name_or_path)
+    img_size = model_args.img_size or named_size or 224
+    label_size = data_args.token_label_size or tokenlabel.token_grid(img_size)
+    tokenlabel.check_token_label_size(img_size, label_size)
+    if not data_args.token_label:
+        raise ValueError("run_volo.py trains with token labeling only, as every published VOLO command does")
+    check_loader(data_args.loader)
+    amp_mode, amp_dtype = amp_settings(train_args)
+    random.seed(train_args.seed + rank)
+    np.random.seed(train_args.seed + rank)
+    torch.manual_seed(train_args.seed + rank)
+    model, architecture = build_model(model_args, img_size)
+    finetuned = load_finetune(model, model_args.finetune) if model_args.finetune else {}
+    loader, data_info = build_data(
+        data_args, img_size, label_size, train_args.per_device_train_batch_size, train_args.seed
+    )
+    if data_info["num_classes_data"] > model_args.num_classes:
+        raise ValueError(
+            f"the data has {data_info['num_classes_data']} classes, the model {model_args.num_classes}"
+        )
+    return Setup(model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, data_info, finetuned)
+
+
+def train_loop(
+    run: Setup,
+    data_args: DataArguments,
+    train_args: TrainArguments,
+    lr: float,
+    device: torch.device,
+    rank: int,
+    logger: StepLogger,
+) -> tuple[int, int]:
+    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled)."""
+    from timm.optim import create_optimizer_v2
+    from timm.scheduler import CosineLRScheduler
+
+    model = run.model.to(device)
+    forward: torch.nn.Module = tokenlabel.MixTokenForward(
+        model, train_args.mix_token, seed=train_args.seed + rank
+    )
+    if dist.is_initialized():
+        forward = torch.nn.parallel.DistributedDataParallel(
+            forward, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    forward.train()
+    # timm's AdamW factory, as main.py: no weight decay on biases, norms, pos_embed and cls_token.
+    optimizer = create_optimizer_v2(
+        model, opt="adamw", lr=lr, weight_decay=train_args.weight_decay, eps=train_args.opt_eps
+    )
+    # Stepped once per epoch (t_in_epochs), like main.py: warmup epochs from warmup_lr, cosine to
+    # min_lr over `epochs`, then `cooldown_epochs` at min_lr (timm's create_scheduler adds them).
+    scheduler = CosineLRScheduler(
+        optimizer,
+        t_initial=train_args.epochs,
+        lr_min=train_args.min_lr,
+        warmup_t=train_args.warmup_epochs,
+        warmup_lr_init=train_args.warmup_lr,
+        cycle_limit=1,
+        t_in_epochs=True,
+    )
+    total_epochs = train_args.epochs + train_args.cooldown_epochs
+    scaler = torch.amp.GradScaler(device.type, enabled=run.amp_mode == "fp16")
+    autocast = (
+        torch.autocast(device.type, dtype=run.amp_dtype) if run.amp_dtype is not None else nullcontext()
+    )
+    loss_fn = tokenlabel.TokenLabelLoss(
+        train_args.dense_weight, train_args.cls_weight, train_args.ground_truth
+    )
+    normalize = imagenet.DeviceNormalize(
+        device, re_prob=data_args.reprob, re_mode=data_args.remode, re_count=data_args.recount
+    )
+    gpu_decode = None
+    if data_args.loader == "gpu_decode":
+        gpu_decode = imagenet.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
+    num_classes = run.model.num_classes
+
+    steps_per_epoch = len(run.loader)
+    step, epoch = 0, 0
+    done = False
+    while not done and epoch < total_epochs:
+        imagenet.set_epoch(run.loader, epoch)
+        for index, batch in enumerate(run.loader):
+            if gpu_decode is not None:
+                images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
+            else:
+                images = batch["pixel_values"].to(device, non_blocking=True)
+            images = normalize(images)
+            targets = tokenlabel.build_token_targets(
+                batch["label_map"].to(device, non_blocking=True),
+                batch["crop_box"],
+                batch["flipped"],
+                batch["labels"],
+                num_classes,
+                run.label_size,
+                train_args.smoothing,
+            )
+            with autocast:
+                cls_logits, dense_logits, box = forward(images)
+            loss = loss_fn(cls_logits, dense_logits, box, targets)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if train_args.clip_grad is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_args.clip_grad)
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+            done = 0 < train_args.max_steps <= step
+            last = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
+            lr = optimizer.param_groups[0]["lr"]
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
+            if done:
+                break
+        epoch += 1
+        scheduler.step(epoch)
+    return step, total_epochs
+
+
+def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, steps: int) -> Path:
+    """<output_dir>/checkpoint/model.pt, timm-style ({"state_dict": ...}): what --finetune reads."""
+    path = Path(output_dir) / "checkpoint" / "model.pt"
+    if is_main_process():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "state_dict": run.model.state_dict(),
+            "model_name": model_args.model_name_or_path,
+            "img_size": run.img_size,
+            "architecture": run.architecture,
+            "num_classes": model_args.num_classes,
+            "steps": steps,
+        }
+        torch.save(payload, path)
+    if dist.is_initialized():
+        dist.barrier()
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    # 1. Parse arguments
+    logging.basicConfig(level=logging.WARNING)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
+    warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
+    model_args, data_args, train_args, mfu_args = parse_args(argv)
+
+    # 2. Join the process group (torchrun's; a process started alone trains without one)
+    device = accelerator_device()
+    rank, world = init_process_group(device)
+
+    # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
+    with one_line_errors(PROG, ValueError, FileNotFoundError, json.JSONDecodeError):
+        run = setup(model_args, data_args, train_args, rank)
+
+    # 4. Open the run directory
+    run_dir = RunDir(train_args.output_dir, unit="img/s")
+    run_dir.write_sysinfo(trainer=PROG)
+    per_device = train_args.per_device_train_batch_size
+    global_batch = per_device * world
+    # --lr is the published value and is used as is (main.py never rescales it); --lr_base applies
+    # the paper's rule lr = lr_base x batch / 1024 instead. Both are reported.
+    lr = train_args.lr_base * global_batch / 1024 if train_args.lr_base is not None else train_args.lr
+    parameters = sum(p.numel() for p in run.model.parameters())
+    log(
+        f"{model_args.model_name_or_path} at {run.img_size}px ({parameters / 1e6:.2f}M parameters), token labels "
+        f"{run.label_size}x{run.label_size}, batch {per_device} x {world} = {global_batch}, lr {lr:.3g} "
+        f"(= lr_base {lr * 1024 / global_batch:.3g} x {global_batch}/1024), amp {run.amp_mode}, "
+        f"data {run.data_info['data']}, loader {data_args.loader}"
+    )
+    if run.finetuned:
+        log(
+            f"finetuning from {run.finetuned['finetune_from']}, pos_embed {run.finetuned['pos_embed_resized']}"
+        )
+
+    # 5. Count the FLOPs of one training sample (rank 0, before the first timed step)
+    sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args, run.img_size))
+
+    # 6. Train
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as main.py: fixed shapes, let cuDNN pick kernels
+    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    logger.close()
+
+    # 7. Save the weights (what --finetune reads)
+    checkpoint = (
+        save_checkpoint(run, model_args, train_args.output_dir, steps) if train_args.save_checkpoint else None
+    )
+
+    # 8. Write the summary, last
+    meter = logger.meter
+    summary = run_dir.write_summary(
+        meter,
+        status="ok",
+        model=model_args.model_name_or_path,
+        img_size=run.img_size,
+        token_label_size=run.label_size,
+        parameters=parameters,
+        per_device_train_batch_size=per_device,
+        global_batch_size=global_batch,
+        learning_rate=lr,
+        lr_base=lr * 1024 / global_batch,
+        amp=run.amp_mode,
+        loader=data_args.loader,
+        dataloader_num_workers=data_args.dataloader_num_workers,
+        steps_per_epoch=len(run.loader),
+        epochs_scheduled=epochs,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        args=arguments_dict(model_args, data_args, train_args, mfu_args),
+        **run.data_info,
+        **run.finetuned,
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
+    )
+    destroy_process_group()
+    return summary
+
+
+if __name__ == "__main__":
+    main()
