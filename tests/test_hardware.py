@@ -1,0 +1,349 @@
+"""Hardware provenance (sysinfo.json's "hardware"): what a run ran on, as flat MLPerf-named fields that the
+host diffs between two runs. The CPU side is read for real on this machine; the GPU side talks to a fake
+`pynvml` module with the library's own names, and the Gaudi side to a fake `hl-smi` on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from reprokit_trainers.common import hardware
+
+H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "memory_mib": 81559,
+    "sm_max": 1980,
+    "mem_max": 2619,
+    "sm_app": 1755,
+    "mem_app": 2619,
+    "power_mw": 700000,
+    "ecc": 1,
+    "pcie": (5, 16),
+    "nvlinks": 18,
+    "mig": 0,
+    "persistence": 1,
+}
+
+
+class NVMLError(Exception):
+    """pynvml's error: one subclass per NVML return code, all caught as NVMLError."""
+
+    def __init__(self, value: int = 999) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+    def __init__(self) -> None:
+        super().__init__(3)
+
+
+class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(12)
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(9)
+
+
+class NVMLError_LibRmVersionMismatch(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(18)
+
+    def __str__(self) -> str:
+        return "RM has detected an NVML/RM version mismatch."
+
+
+def fake_pynvml(*gpus: dict, unsupported: tuple[str, ...] = (), init_error: type | None = None):
+    """A module with pynvml's function names answering for `gpus`; a call named in `unsupported` raises
+    NVMLError_NotSupported, as NVML does for what a GPU or driver lacks."""
+    nvml = types.ModuleType("pynvml")
+    nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM = 1, 2
+    nvml.NVML_NVLINK_MAX_LINKS, nvml.NVML_FEATURE_ENABLED = 18, 1
+    for error in (NVMLError, NVMLError_NotSupported, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded):
+        setattr(nvml, error.__name__, error)
+    calls: list[str] = []
+    nvml.calls = calls
+
+    def answer(name, reply):
+        def call(*args):
+            calls.append(name)
+            if name in unsupported:
+                raise NVMLError_NotSupported()
+            return reply(*args)
+
+        setattr(nvml, name, call)
+
+    def init():
+        if init_error is not None:
+            raise init_error()
+
+    clocks = {1: ("sm_max", "sm_app"), 2: ("mem_max", "mem_app")}
+    answer("nvmlInit", init)
+    answer("nvmlShutdown", lambda: None)
+    answer("nvmlDeviceGetCount", lambda: len(gpus))
+    answer("nvmlDeviceGetHandleByIndex", lambda i: gpus[i])
+    answer("nvmlSystemGetDriverVersion", lambda: "550.54.15")
+    answer("nvmlSystemGetCudaDriverVersion", lambda: 12040)
+    answer("nvmlDeviceGetName", lambda g: g["name"])
+    answer("nvmlDeviceGetMemoryInfo", lambda g: types.SimpleNamespace(total=g["memory_mib"] * 2**20))
+    answer("nvmlDeviceGetMaxClockInfo", lambda g, kind: g[clocks[kind][0]])
+    answer("nvmlDeviceGetApplicationsClock", lambda g, kind: g[clocks[kind][1]])
+    answer("nvmlDeviceGetPowerManagementLimit", lambda g: g["power_mw"])
+    answer("nvmlDeviceGetEccMode", lambda g: [g["ecc"], g["ecc"]])
+    answer("nvmlDeviceGetMaxPcieLinkGeneration", lambda g: g["pcie"][0])
+    answer("nvmlDeviceGetMaxPcieLinkWidth", lambda g: g["pcie"][1])
+    answer("nvmlDeviceGetCurrPcieLinkGeneration", lambda g: g["pcie"][0])
+    answer("nvmlDeviceGetCurrPcieLinkWidth", lambda g: g["pcie"][1])
+    answer("nvmlDeviceGetMigMode", lambda g: [g["mig"], g["mig"]])
+    answer("nvmlDeviceGetPersistenceMode", lambda g: g["persistence"])
+
+    def nvlink_state(g, link):
+        if not g["nvlinks"]:
+            raise NVMLError_NotSupported()
+        return 1 if link < g["nvlinks"] else 0
+
+    answer("nvmlDeviceGetNvLinkState", nvlink_state)
+    return nvml
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    """This machine's CPU and memory with py-cpuinfo's one-second probe stubbed, and no hl-smi on PATH;
+    returns a function that puts a fake pynvml (or None: not installed) in place and describes."""
+    cpuinfo = types.ModuleType("cpuinfo")
+    cpuinfo.get_cpu_info = lambda: {"brand_raw": "Stub CPU @ 2.00GHz", "hz_advertised": [2_000_000_000, 0]}
+    monkeypatch.setitem(sys.modules, "cpuinfo", cpuinfo)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+    def describe(nvml=None):
+        monkeypatch.setitem(sys.modules, "pynvml", nvml or fake_pynvml(init_error=NVMLError_LibraryNotFound))
+        return hardware.describe()
+
+    describe.bin = empty
+    return describe
+
+
+def accelerator_fields(info: dict) -> dict:
+    return {k: v for k, v in info.items() if k.startswith("accelerator")}
+
+
+# --- the CPU side, for real ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def here() -> dict:
+    return hardware.describe()  # the real py-cpuinfo, once for the module
+
+
+def test_names_this_machines_cpu_cores_and_memory(here):
+    assert isinstance(here["host_processor_model_name"], str) and here["host_processor_model_name"].strip()
+    assert here["host_processor_vcpu_count"] == os.cpu_count()
+    assert 1 <= here["host_physical_cores_per_node"] <= os.cpu_count()
+    assert here["host_processors_per_node"] >= 1
+    assert (
+        here["host_processor_core_count"] * here["host_processors_per_node"]
+        == here["host_physical_cores_per_node"]
+    )
+    assert 1 <= here["host_cpus_usable"] <= os.cpu_count()
+    kib = next(
+        line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:")
+    )
+    assert here["host_memory_capacity_bytes"] == int(kib.split()[1]) * 1024
+    assert here["host_memory_capacity"].endswith(" GiB")
+    assert "provenance_missing" not in here, (
+        "psutil, py-cpuinfo and nvidia-ml-py are pinned in the kit's venv"
+    )
+
+
+def test_every_field_is_a_scalar_the_host_can_flatten(here):
+    assert here and all(v is None or isinstance(v, str | int | float | bool) for v in here.values())
+
+
+@pytest.mark.skipif(
+    Path("/dev/nvidia0").exists() or shutil.which("hl-smi") is not None,
+    reason="this machine has accelerators",
+)
+def test_a_machine_without_accelerators_has_no_accelerator_fields(here):
+    assert accelerator_fields(here) == {}
+
+
+# --- NVIDIA, through a fake pynvml --------------------------------------------------------------
+
+
+def test_an_h100_is_described_under_mlperf_names(machine):
+    info = machine(fake_pynvml(H100))
+    assert accelerator_fields(info) == {
+        "accelerators_per_node": 1,
+        "accelerator_model_name": "NVIDIA H100 80GB HBM3",
+        "accelerator_memory_capacity": "79.6 GiB",
+        "accelerator_memory_capacity_bytes": 81559 * 2**20,
+        "accelerator_driver_version": "550.54.15",
+        "accelerator_cuda_driver_version": "12.4",
+        "accelerator_frequency": "1980 MHz",
+        "accelerator_clock_sm_max_mhz": 1980,
+        "accelerator_clock_mem_max_mhz": 2619,
+        "accelerator_clock_sm_mhz": 1755,
+        "accelerator_clock_mem_mhz": 2619,
+        "accelerator_power_limit_w": 700.0,
+        "accelerator_ecc_mode": "enabled",
+        "accelerator_host_interconnect": "PCIe Gen5 x16",
+        "accelerator_pcie_link": "gen5 x16",
+        "accelerator_nvlink_links": 18,
+        "accelerator_interconnect": "NVLink x18",
+        "accelerator_mig_mode": "disabled",
+        "accelerator_persistence_mode": "enabled",
+        "accelerators_uniform": True,
+        "accelerators_differ_in": None,
+    }
+    assert info["host_processor_model_name"] == "Stub CPU @ 2.00GHz"
+    assert "provenance_missing" not in info
+
+
+def test_what_a_gpu_cannot_answer_is_none_and_nothing_else_changes(machine):
+    full = machine(fake_pynvml(H100))
+    nvml = fake_pynvml(H100, unsupported=("nvmlDeviceGetPowerManagementLimit",))
+    partial = machine(nvml)
+    assert "nvmlDeviceGetPowerManagementLimit" in nvml.calls
+    assert partial["accelerator_power_limit_w"] is None
+    assert {**partial, "accelerator_power_limit_w": 700.0} == full
+    assert "accelerator_query_error" not in partial
+
+
+def test_a_gpu_without_nvlink_has_zero_links(machine):
+    info = machine(fake_pynvml({**H100, "name": "NVIDIA H100 PCIe", "nvlinks": 0}))
+    assert (info["accelerator_nvlink_links"], info["accelerator_interconnect"]) == (0, "N/A")
+
+
+def test_gpus_that_differ_say_so_and_gpu_0_is_the_one_described(machine):
+    info = machine(fake_pynvml(H100, {**H100, "power_mw": 500000}))
+    assert info["accelerators_per_node"] == 2
+    assert info["accelerators_uniform"] is False
+    assert info["accelerators_differ_in"] == "power_limit_w"
+    assert info["accelerator_power_limit_w"] == 700.0
+    assert machine(fake_pynvml(H100, H100))["accelerators_uniform"] is True
+
+
+@pytest.mark.parametrize("no_driver", [NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded])
+def test_no_nvidia_driver_is_a_cpu_machine_not_an_error(machine, no_driver):
+    info = machine(fake_pynvml(H100, init_error=no_driver))
+    assert accelerator_fields(info) == {}
+    assert "provenance_missing" not in info
+
+
+def test_a_broken_nvidia_driver_is_reported_in_one_line(machine):
+    info = machine(fake_pynvml(H100, init_error=NVMLError_LibRmVersionMismatch))
+    assert info["accelerator_query_error"] == "NVML: RM has detected an NVML/RM version mismatch."
+    assert "accelerators_per_node" not in info
+
+
+# --- Gaudi, through a fake hl-smi ---------------------------------------------------------------
+
+# `hl-smi -Q name,bus_id,driver_version,memory.total,ecc.mode.current -f csv,noheader` as the parser expects
+# it; the units and ECC wording are undocumented, so a bare number and 1/0 are read as well.
+HL_SMI_Q = "\n".join(f"HL-225, 0000:{bus}:00.0, 1.20.0-bd87f71, 98304 MiB, Enabled" for bus in ("43", "44"))
+# One AIP of `hl-smi -q`, trimmed, in the layout a public Gaudi2 log (hl-smi 1.12) shows.
+HL_SMI_AIP = """[{i}] AIP (accel{i}) 0000:{bus}:00.0
+        Product Name                    : HL-225
+        PCI
+                Bus Id                  : 0000:{bus}:00.0
+                AIP Link Info
+                        Link Speed
+                                Max     : 16GT/s
+                                Current : 16GT/s
+                        Link Width
+                                Max     : x16
+                                Current : x16
+        Power Readings (54V PSU)
+                Power Draw              : 98 W
+                Power Max               : 600 W
+                Power Limit             : 600 W
+        Power Readings (12V PSU)
+                Power Limit             : 50 W
+        Clocks
+                [1] soc                 : 1650 MHz
+        Clocks Max
+                [1] soc                 : 1650 MHz
+"""
+HL_SMI_LOG = "================ HL-SMI LOG ================\nAttached AIPs : 2\n\n" + "".join(
+    HL_SMI_AIP.format(i=i, bus=bus) for i, bus in enumerate(("43", "44"))
+)
+
+
+def hl_smi(folder: Path, script: str) -> None:
+    path = folder / "hl-smi"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def test_gaudi2_is_described_from_hl_smi(machine, tmp_path):
+    (tmp_path / "q.csv").write_text(HL_SMI_Q + "\n")
+    (tmp_path / "q.txt").write_text(HL_SMI_LOG)
+    hl_smi(
+        machine.bin,
+        f'case "$1" in\n  -Q) exec /bin/cat {tmp_path}/q.csv ;;\n'
+        f"  -q) exec /bin/cat {tmp_path}/q.txt ;;\nesac\nexit 2\n",
+    )
+    info = machine()
+    assert accelerator_fields(info) == {
+        "accelerators_per_node": 2,
+        "accelerator_model_name": "HL-225",
+        "accelerator_memory_capacity": "96.0 GiB",
+        "accelerator_memory_capacity_bytes": 98304 * 2**20,
+        "accelerator_ecc_mode": "enabled",
+        "accelerator_driver_version": "1.20.0-bd87f71",
+        "accelerator_power_limit_w": 600.0,
+        "accelerator_clock_soc_mhz": 1650,
+        "accelerator_clock_soc_max_mhz": 1650,
+        "accelerator_frequency": "1650 MHz",
+        "accelerator_host_interconnect": "PCIe Gen4 x16",
+        "accelerator_pcie_link": "gen4 x16",
+        "accelerators_uniform": True,
+        "accelerators_differ_in": None,
+    }
+
+
+def test_a_failing_hl_smi_is_one_error_field(machine):
+    hl_smi(machine.bin, 'echo "no AIP found" >&2\nexit 1\n')
+    info = machine()
+    assert info["accelerator_query_error"] == "hl-smi -Q exited 1: no AIP found"
+    assert set(accelerator_fields(info)) == {"accelerator_query_error"}
+
+
+def test_when_only_the_detailed_hl_smi_query_fails_the_identity_stays(machine, tmp_path):
+    (tmp_path / "q.csv").write_text(HL_SMI_Q + "\n")
+    hl_smi(
+        machine.bin,
+        f'case "$1" in\n  -Q) exec /bin/cat {tmp_path}/q.csv ;;\nesac\necho "device busy" >&2\nexit 3\n',
+    )
+    info = machine()
+    assert (info["accelerators_per_node"], info["accelerator_model_name"]) == (2, "HL-225")
+    assert info["accelerator_query_error"] == "hl-smi -q exited 3: device busy"
+    assert "accelerator_power_limit_w" not in info
+
+
+# --- no silent gaps -----------------------------------------------------------------------------
+
+
+def test_a_missing_library_is_named_and_its_fields_are_none(machine, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    info = machine()
+    assert info["provenance_missing"] == "psutil"
+    assert info["host_memory_capacity_bytes"] is None and info["host_processor_vcpu_count"] is None
+    assert info["host_processor_model_name"] == "Stub CPU @ 2.00GHz"
+
+
+def test_without_nvidia_ml_py_the_gpus_are_not_silently_absent(machine, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    info = hardware.describe()
+    assert info["provenance_missing"] == "psutil, nvidia-ml-py"
