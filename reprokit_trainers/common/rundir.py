@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from . import hardware
 from .distributed import is_main_process, world_size
 
 # 2: throughput per definition, departures, switches in effect, steps_total in throughput.csv.
@@ -281,6 +282,9 @@ class RunDir:
             },
         }
         info.update(device_info())
+        # The machine as MLPerf's system descriptions name it (CPU, memory, clocks, power cap, links):
+        # what a diff of two runs of one cell reads when their numbers differ.
+        info["hardware"] = hardware.describe()
         info.update(extra)
         write_json_atomic(self.path / "sysinfo.json", info)
 

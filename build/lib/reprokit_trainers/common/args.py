@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from transformers import HfArgumentParser
+
+from . import schema
 
 
 @dataclass
@@ -38,6 +41,20 @@ def arguments_dict(*parsed: Any) -> dict[str, Any]:
     return {name: value for arguments in parsed for name, value in asdict(arguments).items()}
 
 
+@dataclass
+class DeviceArguments(MfuArguments):
+    """MFU's device peak and TF32, for the explicit loops (BridgeTower's TrainingArguments has its own
+    --tf32, set the same way through precision.set_tf32)."""
+
+    tf32: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TF32 matmuls and convolutions on (true) or off (false), set explicitly and recorded "
+            "in sysinfo.json; unset leaves the framework's default (NGC images: on)"
+        },
+    )
+
+
 def config_error(prog: str, message: str) -> SystemExit:
     """The exception a configuration problem ends the trainer with: raise it ``from None``."""
     return SystemExit(f"{prog}: error: {message}")
@@ -53,14 +70,27 @@ def one_line_errors(prog: str, *kinds: type[BaseException]) -> Iterator[None]:
 
 
 def parse_command_line(
-    prog: str, dataclass_types: Sequence[type], argv: Sequence[str] | None = None
+    prog: str,
+    dataclass_types: Sequence[type],
+    argv: Sequence[str] | None = None,
+    trainer_dir: str | Path | None = None,
 ) -> tuple[Any, ...]:
     """One instance of each dataclass, from ``argv`` (default: the command line).
 
     argparse's own errors (an unknown flag, a bad value) print the usage and exit 2, as any
     HfArgumentParser script does; a dataclass's own checks (``__post_init__``, e.g.
-    TrainingArguments' ``--bf16`` where nothing supports it) end in one line.
+    TrainingArguments' ``--bf16`` where nothing supports it) end in one line, and so does a value
+    outside the trainer's argument schema (``trainer_dir``/arguments.json: the ranges and choices the
+    host checks a recipe with before it launches anything).
     """
     parser = HfArgumentParser(dataclass_types, prog=prog)
     with one_line_errors(prog, ValueError):
-        return tuple(parser.parse_args_into_dataclasses(args=argv))
+        parsed = tuple(parser.parse_args_into_dataclasses(args=argv))
+    if trainer_dir is not None:
+        values: dict[str, Any] = {}
+        for instance in parsed:
+            values.update(asdict(instance))
+        problems = schema.check(schema.load(trainer_dir), values, only_known=True)
+        if problems:
+            raise config_error(prog, f"--{problems[0]}")
+    return parsed

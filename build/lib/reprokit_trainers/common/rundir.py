@@ -8,8 +8,11 @@ Every trainer in this package writes its results through this module so that the
 - ``sysinfo.json``: device, driver, framework versions, image id;
 - ``summary.json``: written last and atomically; its presence means the run completed.
 
-Only the process of global rank 0 writes. Throughput is global (all ranks) and counts only
-the steps after ``warmup_steps``, the definition the Gaudi numbers were published with.
+Only the process of global rank 0 writes. Throughput is global (all ranks). summary.json holds
+each definition the trainer can measure under ``throughput`` (the host's throughput.DEFINITIONS:
+``after_warmup``, ``whole_run``, ``gaudi_trainer``), what the run did other than its publication
+under ``departures``, and the switches that were in effect, so the host judges like with like and
+never gives a verdict on a run that did something else.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ from typing import Any
 
 import torch
 
+from . import hardware
 from .distributed import is_main_process, world_size
+
+# 2: throughput per definition, departures, switches in effect, steps_total in throughput.csv.
+SCHEMA_VERSION = 2
 
 THROUGHPUT_FIELDS = [
     "step",
+    "steps_total",
     "epoch",
     "elapsed_s",
     "samples",
@@ -100,62 +108,77 @@ def device_info() -> dict[str, Any]:
     return info
 
 
-def peak_memory_bytes() -> int | None:
+def peak_memory() -> tuple[int | None, str]:
+    """The run's peak memory and what it is the peak of: the device's allocator on a GPU or an HPU,
+    the process's resident set on a CPU (the best a CPU run can say)."""
+    hpu = getattr(torch, "hpu", None)
+    if hpu is not None and hpu.is_available():
+        return int(hpu.max_memory_allocated()), "hpu allocator"
     if torch.cuda.is_available():
-        return int(torch.cuda.max_memory_allocated())
+        return int(torch.cuda.max_memory_allocated()), "cuda allocator"
     try:
         import resource
 
-        # ru_maxrss is KiB on Linux: the CPU-side peak is the best a CPU run can say.
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        # ru_maxrss is KiB on Linux.
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "host resident set"
     except (ImportError, OSError):
-        return None
+        return None, "unknown"
 
 
 @dataclass
 class ThroughputMeter:
-    """Counts global samples and time after the warm-up steps.
+    """Counts global samples per step and reads the clock only at measurement boundaries.
 
-    ``step_end`` is called once per optimizer step with the number of samples that step
-    consumed on all ranks; accelerators are synchronized first so the clock measures work done,
-    not work queued.
+    ``step_end`` is called once per optimizer step with the number of samples that step consumed on
+    all ranks. The device is synchronized, and the clock read, only at a boundary: the end of the
+    last warm-up step (where the steady-state clock starts), and the steps the caller marks (logging
+    steps and the last step). In between the host runs ahead and queues the next steps, as it does
+    in the published scripts (a per-step sync would stall Gaudi's lazy mode). The figures are
+    exact at the last boundary: samples counted up to it, over the time up to it.
     """
 
     warmup_steps: int
-    start: float = field(default_factory=time.perf_counter)
+    total_steps: int | None = None
+    start: float = field(default_factory=lambda: time.perf_counter())
     steps: int = 0
     samples: int = 0
     measured_samples: int = 0
     measured_start: float | None = None
+    # The last boundary: its time, and the counts at that moment.
     last_time: float | None = None
+    marked_steps: int = 0
+    marked_samples: int = 0
+    marked_measured_samples: int = 0
     _interval_samples: int = 0
     _interval_start: float | None = None
 
-    def step_end(self, global_samples: int) -> None:
-        _synchronize()
-        now = time.perf_counter()
+    def step_end(self, global_samples: int, boundary: bool = False) -> None:
+        """One optimizer step ended; ``boundary``: a step whose time is read (logging, last)."""
         self.steps += 1
         self.samples += global_samples
-        if self.warmup_steps <= 0:
-            self.measured_start = self.start
+        if self.steps > self.warmup_steps:
             self.measured_samples += global_samples
-        elif self.steps == self.warmup_steps:
-            # The clock starts at the end of the last warm-up step.
+        if self.steps == self.warmup_steps or boundary:
+            self._mark()
+
+    def _mark(self) -> None:
+        _synchronize()
+        now = time.perf_counter()
+        if self.steps == self.warmup_steps:
+            # The steady-state clock starts at the end of the last warm-up step.
             self.measured_start = now
-        elif self.steps > self.warmup_steps:
-            self.measured_samples += global_samples
-        if self._interval_start is None:
-            self._interval_start = self.start
-        self._interval_samples += global_samples
         self.last_time = now
+        self.marked_steps = self.steps
+        self.marked_samples = self.samples
+        self.marked_measured_samples = self.measured_samples
 
     def interval(self) -> tuple[int, float]:
         """Samples and seconds since the previous call (for one throughput.csv row)."""
         now = self.last_time or time.perf_counter()
         start = self._interval_start or self.start
-        samples, seconds = self._interval_samples, max(now - start, 1e-9)
-        self._interval_samples, self._interval_start = 0, now
-        return samples, seconds
+        samples = self.marked_samples - self._interval_samples
+        self._interval_samples, self._interval_start = self.marked_samples, now
+        return samples, max(now - start, 1e-9)
 
     @property
     def elapsed(self) -> float:
@@ -164,9 +187,27 @@ class ThroughputMeter:
     @property
     def samples_per_second(self) -> float | None:
         """Global samples/s after warm-up; None when the run never got past the warm-up."""
-        if self.measured_start is None or self.last_time is None or self.measured_samples == 0:
+        figure = self.after_warmup()
+        return figure["value"] if figure else None
+
+    def after_warmup(self) -> dict[str, Any] | None:
+        """The kit's steady-state figure (definition ``after_warmup``)."""
+        start = self.start if self.warmup_steps <= 0 else self.measured_start
+        if start is None or self.last_time is None or self.marked_measured_samples == 0:
             return None
-        return self.measured_samples / max(self.last_time - self.measured_start, 1e-9)
+        seconds = max(self.last_time - start, 1e-9)
+        return figure(self.marked_measured_samples, seconds, f"steps {self.warmup_steps + 1}-{self.marked_steps}")
+
+    def whole_run(self) -> dict[str, Any] | None:
+        """Every step's samples over the time since the meter started (definition ``whole_run``)."""
+        if self.last_time is None or self.marked_samples == 0:
+            return None
+        return figure(self.marked_samples, max(self.last_time - self.start, 1e-9), f"steps 1-{self.marked_steps}")
+
+
+def figure(samples: float, seconds: float, counted: str) -> dict[str, Any]:
+    """One definition's figure as summary.json holds it: the rate and what it was made of."""
+    return {"value": samples / seconds, "samples": samples, "seconds": round(seconds, 6), "counted": counted}
 
 
 def _synchronize() -> None:
@@ -189,6 +230,8 @@ class RunDir:
         self._csv = None
         self._writer = None
         self._tb = None
+        # What the run did other than its publication, in the words the verdict shows.
+        self.departures: list[str] = []
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
             (self.path / "tensorboard").mkdir(exist_ok=True)
@@ -201,6 +244,14 @@ class RunDir:
         """The host's cell.json, when the run was started by the kit (empty when run by hand)."""
         cell_file = self.path / "cell.json"
         return json.loads(cell_file.read_text()) if cell_file.exists() else {}
+
+    def depart(self, reason: str) -> None:
+        """Record that the run does something other than what its recipe asked (synthetic data,
+        random weights, a loader that fell back): the host's verdict is then `not comparable`."""
+        if reason not in self.departures:
+            self.departures.append(reason)
+            if self.main:
+                print(f"[reprokit] departure from the publication: {reason}", flush=True)
 
     def write_sysinfo(self, **extra: Any) -> None:
         if not self.main:
@@ -231,6 +282,9 @@ class RunDir:
             },
         }
         info.update(device_info())
+        # The machine as MLPerf's system descriptions name it (CPU, memory, clocks, power cap, links):
+        # what a diff of two runs of one cell reads when their numbers differ.
+        info["hardware"] = hardware.describe()
         info.update(extra)
         write_json_atomic(self.path / "sysinfo.json", info)
 
@@ -246,7 +300,8 @@ class RunDir:
         if not self.main:
             return None
         row = {
-            "step": meter.steps,
+            "step": meter.marked_steps,
+            "steps_total": meter.total_steps,
             "epoch": None if epoch is None else round(float(epoch), 4),
             "elapsed_s": round(meter.elapsed, 4),
             "samples": samples,
@@ -262,9 +317,9 @@ class RunDir:
         self._csv.flush()
         tb = self._tensorboard()
         if tb is not None:
-            tb.add_scalar("throughput/samples_per_second", row["samples_per_second"], meter.steps)
+            tb.add_scalar("throughput/samples_per_second", row["samples_per_second"], meter.marked_steps)
             if loss is not None:
-                tb.add_scalar("throughput/loss", float(loss), meter.steps)
+                tb.add_scalar("throughput/loss", float(loss), meter.marked_steps)
             tb.flush()
         return row
 
@@ -278,27 +333,42 @@ class RunDir:
         return self._tb
 
     def write_summary(
-        self, meter: ThroughputMeter, status: str = "ok", **extra: Any
+        self,
+        meter: ThroughputMeter,
+        status: str = "ok",
+        throughput: dict[str, dict[str, Any] | None] | None = None,
+        **extra: Any,
     ) -> dict[str, Any] | None:
-        """The last file of a run: its presence with status ok means the run is complete."""
+        """The last file of a run: its presence with status ok means the run is complete.
+
+        ``throughput``: figures under other definitions than the meter's (a Trainer's own whole-run
+        figure, GaudiTrainer's); they replace the meter's of the same name. ``extra``: the switches
+        in effect (``loader``, ``mediapipe``, ``torch_compile``, ...) and anything else worth keeping.
+        """
         if not self.main:
             return None
         if self._csv is not None:
             self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        peak_bytes, peak_of = peak_memory()
+        figures = {"after_warmup": meter.after_warmup(), "whole_run": meter.whole_run(), **(throughput or {})}
         summary: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
             "status": status,
             "unit": self.unit,
             "samples_per_second": meter.samples_per_second,
+            "throughput": {name: value for name, value in figures.items() if value is not None},
+            "departures": list(self.departures),
             "warmup_steps": meter.warmup_steps,
             "steps": meter.steps,
             "samples": meter.samples,
-            "measured_samples": meter.measured_samples,
+            "measured_samples": meter.marked_measured_samples,
             "train_runtime_s": round(meter.elapsed, 4),
             "world_size": world_size(),
             "num_nodes": int(os.environ.get("REPROKIT_NUM_NODES", os.environ.get("SLURM_NNODES", "1"))),
-            "peak_memory_bytes": peak_memory_bytes(),
+            "peak_memory_bytes": peak_bytes,
+            "peak_memory_of": peak_of,
             "finished_at": now_iso(),
         }
         summary.update(extra)

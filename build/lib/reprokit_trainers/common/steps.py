@@ -1,6 +1,7 @@
 """Step logging into the run directory: from an explicit training loop, or from transformers' Trainer.
 
-Both feed a ``ThroughputMeter`` every optimizer step and, on logging steps, append a throughput.csv
+Both feed a ``ThroughputMeter`` every optimizer step and, on logging steps and the last step (the
+meter's boundaries, where it synchronizes the device and reads the clock), append a throughput.csv
 row with its TensorBoard scalars (rundir.py).
 """
 
@@ -22,9 +23,16 @@ class StepLogger:
     ``train/learning_rate`` go to ``tensorboard/train`` and one line is printed (rank 0).
     """
 
-    def __init__(self, run_dir: RunDir, warmup_steps: int, global_batch: int, logging_steps: int) -> None:
+    def __init__(
+        self,
+        run_dir: RunDir,
+        warmup_steps: int,
+        global_batch: int,
+        logging_steps: int,
+        total_steps: int | None = None,
+    ) -> None:
         self.run_dir = run_dir
-        self.meter = ThroughputMeter(warmup_steps=warmup_steps)
+        self.meter = ThroughputMeter(warmup_steps=warmup_steps, total_steps=total_steps)
         self.global_batch = global_batch
         self.logging_steps = logging_steps
         self.last_loss: float | None = None
@@ -40,7 +48,7 @@ class StepLogger:
         # Every rank reaches the same logging steps, so the loss can be averaged over ranks there
         # (and only there: the all-reduce waits for the step). It is inside the step's time.
         value = reduce_mean(loss) if logged else None
-        self.meter.step_end(self.global_batch)
+        self.meter.step_end(self.global_batch, boundary=logged)
         if value is None:
             return
         self.last_loss = value
@@ -54,11 +62,7 @@ class StepLogger:
 
     def summary_fields(self) -> dict[str, Any]:
         """What summary.json says of the loop, beside the meter's own figures."""
-        return {
-            "final_loss": self.last_loss,
-            # The whole run's rate, warm-up included (what a trainer that does not drop warm-up reports).
-            "train_samples_per_second": self.meter.samples / max(self.meter.elapsed, 1e-9),
-        }
+        return {"final_loss": self.last_loss}
 
     def close(self) -> None:
         if self.writer is not None:
@@ -78,10 +82,13 @@ def hf_throughput_callback(run_dir: RunDir, warmup_steps: int, global_batch_size
             self.last_logs: dict[str, Any] = {}
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
+            self.meter = ThroughputMeter(warmup_steps=warmup_steps, total_steps=state.max_steps or None)
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.meter.step_end(global_batch_size)
+            # The Trainer logs at these steps (and reads the loss there anyway): the meter's boundaries.
+            every = int(getattr(state, "logging_steps", 0) or args.logging_steps or 0)
+            boundary = state.global_step >= state.max_steps or (every > 0 and state.global_step % every == 0)
+            self.meter.step_end(global_batch_size, boundary=bool(boundary))
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = logs or {}
