@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -20,8 +21,19 @@ def installed(tmp_path_factory) -> Path:
     """A venv with the kit's wheel installed (its dependencies from the package index or pip's cache)."""
     where = tmp_path_factory.mktemp("installed")
     wheel_dir = where / "dist"
+    # From the files git would ship (setuptools builds in the source tree: a checkout's build/ would
+    # be left behind, and reused by the next wheel with whatever it held before).
+    source = where / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheel_dir), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheel_dir), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

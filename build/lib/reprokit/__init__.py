@@ -1,7 +1,0 @@
-"""reprokit: rerun published accelerator training benchmarks in pinned containers.
-
-The host side of the kit. It never imports torch: the trainers in ``reprokit_trainers/`` do, and the two
-sides meet only in the run directory.
-"""
-
-__version__ = "0.1.0"

@@ -1,1 +1,0 @@
-"""BridgeTower contrastive fine-tuning on New Yorker cartoons (Hugging Face + Habana, 2023): see README.md beside this file."""
