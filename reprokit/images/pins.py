@@ -147,34 +147,12 @@ def _base_environment(base: Base, where: Path) -> Path:
     stubs.mkdir()
     wheels = [str(stub_wheel(stubs, n, v)) for n, v in base.ships.items() if normalize(n) in protected]
     real = [f"{n}=={v}" for n, v in base.ships.items() if normalize(n) not in protected and n != "pip"]
+    quiet = ["-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check"]
     if wheels:
-        _run(
-            [
-                str(target),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--no-index",
-                "--disable-pip-version-check",
-                *wheels,
-            ],
-            f"cannot make the model of {base.name}",
-        )
+        _run([str(target), *quiet, "--no-index", *wheels], f"cannot make the model of {base.name}")
     if real:
         _run(
-            [
-                str(target),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                *real,
-            ],
+            [str(target), *quiet, "--only-binary=:all:", *real],
             f"cannot install {base.name}'s own packages into its model",
         )
     return target
