@@ -412,7 +412,9 @@ RESULTS_HELP = "the results folder of the sessions (default: the `results` setti
 
 @task(
     name="history",
-    positional=[],
+    klass=KitTask,
+    positional=["recipe"],
+    optional_positional=("recipe",),
     help={
         "recipe": "only this recipe",
         "cell": "only cells whose id contains this",
@@ -427,7 +429,7 @@ def history_(c, recipe=None, cell=None, device=None, results=None):
     from . import history
 
     folder = _results(results)
-    table = history.rows(folder, recipe, cell, device)
+    table = history.rows(folder, recipe or None, cell, device)
     if not table:
         raise ReprokitError(
             f"no completed cell under {folder} matches (sessions: {len(list(folder.glob('*/results.jsonl')))})"
@@ -455,7 +457,12 @@ def compare_(c, a=None, b=None, threshold=5.0, fail_on_regression=None, results=
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
     from . import compare
 
-    folder = _results(results)
+    # Two session folders need no results folder; a name, latest or previous is looked up in one.
+    given = [Path(x) for x in (a, b) if x]
+    if results is None and len(given) == 2 and all((x / "results.jsonl").is_file() for x in given):
+        folder = given[1].resolve().parent
+    else:
+        folder = _results(results)
     first, second, found = compare.compare(folder, a or "previous", b or "latest", float(threshold) / 100)
     compare.print_table(first, second, found)
     if fail_on_regression is not None:

@@ -8,6 +8,8 @@ import csv
 import io
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -58,6 +60,10 @@ def test_history_lists_every_session_and_writes_a_page_of_plots(two_sessions):
     shutil.rmtree(results / first)
     again = run_inv("history", "--results", str(results), "--cell", "fast")
     assert first not in again.stdout and second in again.stdout and "fake--base" not in again.stdout
+    # The recipe as a positional word, as in every task that takes one.
+    assert "fake--fast" in run_inv("history", "fake", "--results", str(results)).stdout
+    other = run_inv("history", "volo", "--results", str(results))
+    assert other.returncode == 2 and "no completed cell" in other.stderr
 
 
 def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_sessions):
@@ -70,6 +76,13 @@ def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_session
     assert "recipe_hash" in compared.stdout  # the recipe files differ between the two sessions
     # latest and previous name the two newest sessions.
     assert run_inv("compare", "previous", "latest", "--results", str(results)).stdout == compared.stdout
+    # Two session folders need no results folder.
+    by_folder = subprocess.run(
+        [sys.executable, "-m", "reprokit", "compare", str(results / first), str(results / second)],
+        cwd=results.parent.parent, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert by_folder.returncode == 0, by_folder.stderr
+    assert "regressed" in by_folder.stdout
 
 
 def test_fail_on_regression_fails_only_beyond_its_threshold(two_sessions):
