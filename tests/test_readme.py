@@ -39,9 +39,11 @@ def _argv(line: str) -> list[str] | None:
     task = next((w for w in words if not w.startswith("-")), None)
     if "--help" in words or "--list" in words or "--version" in words or task is None:
         extra = []
+    elif "<" in line:  # a placeholder (<session>, <path>): the command can only be parsed
+        extra = ["--help"]
     elif task in DRY:
         extra = [] if "--dry-run" in words else ["--dry-run"]
-    elif task in REAL and "<" not in line:
+    elif task in REAL:
         extra = []
     else:
         extra = ["--help"]
