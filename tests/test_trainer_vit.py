@@ -281,15 +281,18 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
             "fsdp",
         ]
         for cell in expanded:
-            model_args, _, args, _ = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
+            parsed = run_vit.parse_args(["--output_dir", "x", *cells.to_argv(cell.args)])
+            values = {k: v for arguments in parsed for k, v in vars(arguments).items()}
             variant = next(v for v in recipe.variants if v.name == cell.variant)
             for key, value in variant.args.items():
                 if key not in (recipe.scales[scale].args or {}):
-                    assert getattr(model_args, key, getattr(args, key, None)) == value, (cell.variant, key)
+                    assert values[key] == value, (cell.variant, key)
+            # Every rung is true fp32 where it computes in fp32: TF32 off, said by the recipe.
+            assert values["tf32"] is False, cell.variant
     assert "compile" not in [c.variant for c in cells.expand(recipe, "vit-speedups", "cpu", "smoke")]
 
 
-def run_trainer(tmp_path, *extra: str) -> dict:
+def run_trainer(tmp_path, *extra: str, env: dict | None = None) -> dict:
     out = tmp_path / "run"
     result = subprocess.run(
         [
@@ -327,7 +330,8 @@ def run_trainer(tmp_path, *extra: str) -> dict:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},  # one thread: 2 shared cores thrash with more
+        # One thread: 2 shared cores thrash with more.
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
@@ -358,12 +362,46 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     switches = dict(zip(rung[::2], rung[1::2], strict=True))
     for flag, value in switches.items():
         assert str(summary[flag.removeprefix("--")]) == value
+    # What the host compares with the cell's asks, and why a synthetic run is not comparable.
+    assert summary["torch_compile"] is False and summary["loader"] == "torch"
+    assert summary["departures"] == ["synthetic data"]
     rows = list(csv.DictReader((out / "throughput.csv").open()))
     assert [int(r["step"]) for r in rows] == [2, 4]
+    assert {r["steps_total"] for r in rows} == {"4"}
     assert all(float(r["samples_per_second"]) > 0 and r["loss"] for r in rows)
     assert list((out / "tensorboard" / "train").glob("events.out.tfevents.*"))
     assert list((out / "tensorboard" / "throughput").glob("events.out.tfevents.*"))
     assert json.loads((out / "sysinfo.json").read_text())["started_at"]
+
+
+@pytest.mark.slow
+def test_tf32_off_is_set_over_ngcs_override_and_recorded(tmp_path):
+    # NGC images export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which would turn TF32 on for cuBLAS
+    # whatever the trainer says: --tf32 false must win, and say so in sysinfo.json and summary.json.
+    run = run_trainer(
+        tmp_path, "--max_steps", "2", "--tf32", "false", env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    )
+    sysinfo = json.loads((run["out"] / "sysinfo.json").read_text())
+    for recorded in (sysinfo["precision"], run["summary"]["precision"]):
+        assert recorded["tf32_matmul"] is False and recorded["tf32_cudnn"] is False
+        assert recorded["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "0"
+        assert recorded["float32_matmul_precision"] == "highest"
+    assert run["summary"]["tf32"] is False
+
+
+def test_an_out_of_range_argument_is_one_line_and_no_run(tmp_path):
+    result = subprocess.run(
+        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), "--per_device_train_batch_size", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "run_vit.py: error: --per_device_train_batch_size: must be at least 1, got 0"
+    )
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
@@ -375,5 +413,5 @@ def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
         timeout=120,
     )
     assert result.returncode != 0
-    assert "run_vit.py: error: --amp fp8: choose one of no, fp16, bf16, pure_fp16" in result.stderr
+    assert result.stderr == "run_vit.py: error: --amp: must be one of no, fp16, bf16, pure_fp16; got 'fp8'\n"
     assert not (tmp_path / "x" / "summary.json").exists()

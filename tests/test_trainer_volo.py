@@ -232,6 +232,111 @@ def test_gpu_decode_without_a_gpu_is_a_one_line_error(tmp_path):
     assert "\n" not in message and "gpu_decode" in message and "CUDA" in message
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--auto_augment", "augmix-m5-w3", "RandAugment policies (rand-...) only"),
+        ("--auto_augment", "rand-m9-tweights", "op sets other than timm's default"),
+        ("--auto_augment", "rand-m9-x3", "unknown section 'x3'"),
+        ("--train_interpolation", "nearest", "must be one of random, bilinear, bicubic"),
+    ],
+)
+def test_augmentation_the_loaders_do_not_implement_is_one_line_and_no_run(tmp_path, flag, value, says):
+    with pytest.raises(SystemExit) as stopped:
+        run_volo.main(["--output_dir", str(tmp_path / "run"), flag, value])
+    message = str(stopped.value.code)
+    assert message.startswith("run_volo.py: error: ") and "\n" not in message and says in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_published_policy_posterizes_to_black_at_magnitude_ten():
+    # timm's PosterizeIncreasing keeps 0 bits at magnitude 10 (1 draw in 44 of N(9, 0.5)); Pillow 13
+    # raises on that, which would end a run in a loader worker. The publication's Pillow made it black.
+    transform = imagenet.TrainTransform(64, auto_augment="rand-m10-p1.0-inc1")
+    posterize = next(op for op in transform.rand_augment.ops if op.name == "PosterizeIncreasing")
+    image = Image.fromarray(np.full((20, 30, 3), 200, dtype=np.uint8))
+    assert not np.asarray(posterize(image)).any()
+
+
+def test_a_finetune_from_the_kits_short_pretraining_is_a_departure():
+    short = {"steps": 500, "schedule_completed": False, "data": "imagenet-folder"}
+    assert run_volo.pretraining_departure(short) == (
+        "finetuned from weights pretrained for 500 steps, not the published pretrained weights"
+    )
+    synthetic = {"steps": 10, "schedule_completed": True, "data": "synthetic"}
+    assert "on synthetic data" in run_volo.pretraining_departure(synthetic)
+    # A full pretraining on ImageNet, or weights from elsewhere (sail-sg/volo's release): as published.
+    assert (
+        run_volo.pretraining_departure({"steps": 9, "schedule_completed": True, "data": "imagenet-folder"})
+        is None
+    )
+    assert run_volo.pretraining_departure(None) is None
+
+
+def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) -> dict:
+    """What the gpu_decode loader's workers ship: JPEG bytes, a crop box and a flip per sample."""
+    import io
+    import random
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=95)
+
+    class OneImage:
+        num_classes = 1
+
+        def __len__(self) -> int:
+            return n
+
+        def read(self, index: int) -> bytes:
+            return buffer.getvalue()
+
+        def label(self, index: int) -> int:
+            return 0
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    transform = imagenet.TrainTransform(32, auto_augment=None, hflip=hflip, scale=(0.3, 1.0))
+    dataset = imagenet.ImageTrainDataset(OneImage(), transform, encoded=True)
+    return imagenet.collate([dataset[i] for i in range(n)])
+
+
+def photo(seed: int = 0) -> np.ndarray:
+    from reprokit_trainers.common.synthetic import jpeg_bytes
+
+    data = jpeg_bytes(150, 110, np.random.default_rng(seed))
+    return np.asarray(Image.open(__import__("io").BytesIO(data)).convert("RGB"))
+
+
+def test_the_gpu_loader_resizes_its_crops_as_the_cpu_path_does():
+    # Bicubic, antialiased: the crop Pillow's resize makes (timm's RandomResizedCrop), to a level.
+    image = photo()
+    batch = encoded_batch(image, 8)
+    crops = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None, interpolation="bicubic")(
+        batch["jpeg"], batch["crop_box"], batch["flipped"]
+    )
+    decoded = Image.open(__import__("io").BytesIO(batch["jpeg"][0].numpy().tobytes())).convert("RGB")
+    for crop, box, flip in zip(crops, batch["crop_box"].tolist(), batch["flipped"].tolist(), strict=True):
+        source = decoded.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else decoded
+        w, h = source.size
+        pixels = (round(box[0] * w), round(box[1] * h), round(box[2] * w), round(box[3] * h))
+        expected = np.asarray(source.resize((32, 32), Image.Resampling.BICUBIC, box=pixels))
+        difference = np.abs(crop.permute(1, 2, 0).numpy().astype(int) - expected.astype(int))
+        # Without antialiasing the mean difference is ~9 levels; rounding at edges leaves a few pixels off.
+        assert difference.mean() < 0.5 and difference.max() <= 16
+
+
+def test_the_gpu_loader_applies_the_randaugment_policy_it_was_given():
+    batch = encoded_batch(photo(1), 48)
+    args = (batch["jpeg"], batch["crop_box"], batch["flipped"])
+    plain = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None, interpolation="bicubic")(*args)
+    augmented = imagenet.GpuDecode(
+        32, torch.device("cpu"), auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic"
+    )(*args)
+    changed = (plain != augmented).flatten(1).any(dim=1).float().mean().item()
+    # Two layers at probability 0.5: 3 images in 4 get at least one op (a few ops change nothing here).
+    assert 0.5 < changed < 0.95
+
+
 def test_loss_decreases_when_overfitting_four_images():
     torch.manual_seed(0)
     model = tiny_volo(64, num_classes=10)
@@ -330,7 +435,11 @@ def train(out, *args: str, env: dict | None = None, launcher: list[str] | None =
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["unit"] == "img/s" and summary["samples_per_second"] > 0
     rows = (out / "throughput.csv").read_text().splitlines()
-    assert rows[0].startswith("step,epoch,elapsed_s,samples,samples_per_second") and len(rows) >= 3
+    assert (
+        rows[0].startswith("step,steps_total,epoch,elapsed_s,samples,samples_per_second") and len(rows) >= 3
+    )
+    # Every row says how many steps the run trains in all (here max_steps, short of the schedule).
+    assert all(row.split(",")[1] == str(summary["steps"]) for row in rows[1:])
     assert list((out / "tensorboard" / "train").glob("events.out.tfevents.*"))
     assert (out / "sysinfo.json").exists()
     return summary
@@ -340,6 +449,13 @@ def train(out, *args: str, env: dict | None = None, launcher: list[str] | None =
 def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     pretrain = train(tmp_path / "pretrain", "--img_size", "64", "--token_label_size", "4", "--lr", "1e-3")
     assert pretrain["token_label_size"] == 4 and pretrain["steps"] == 4
+    # What the host judges by: the switches in effect, and why this run is not the publication's.
+    assert pretrain["loader"] == "torch" and pretrain["torch_compile"] is False
+    assert pretrain["departures"] == [
+        "synthetic data",
+        "synthetic token labels (no NFNet-F6 label maps given)",
+    ]
+    assert pretrain["throughput"]["after_warmup"]["value"] > 0
     assert pretrain["flops_per_sample"] > 0
     if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
         assert pretrain["device_peak_tflops"] is None and pretrain["mfu"] is None
@@ -352,6 +468,11 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
         "--ground_truth", "--epochs", "30", "--warmup_epochs", "5", "--weight_decay", "1e-8",
     )  # fmt: skip
     assert finetune["pos_embed_resized"] == [[4, 4], [6, 6]]
+    assert finetune["pretraining"] == {"steps": 4, "schedule_completed": False, "data": "synthetic"}
+    assert (
+        "finetuned from weights pretrained for 4 steps on synthetic data, not the published pretrained weights"
+        in finetune["departures"]
+    )
     assert finetune["finetune_from"] == str(checkpoint) and finetune["token_label_size"] == 6
     # Counted for the model trained: the same tiny VOLO costs more per sample at the higher resolution.
     assert finetune["flops_per_sample"] > pretrain["flops_per_sample"]
@@ -410,7 +531,7 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
     dataset = imagenet.ImageTrainDataset(OneImage(), transform, encoded=True)
     batch = imagenet.collate([dataset[i] for i in range(16)])
     assert len(batch["jpeg"]) == 16 and batch["jpeg"][0].dtype == torch.uint8 and "pixel_values" not in batch
-    crops = imagenet.GpuDecode(32, torch.device("cpu"), rand_augment=False)(
+    crops = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None)(
         batch["jpeg"], batch["crop_box"], batch["flipped"]
     )
     assert crops.shape == (16, 3, 32, 32) and crops.dtype == torch.uint8

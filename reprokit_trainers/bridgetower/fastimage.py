@@ -141,18 +141,12 @@ def decode_batch_on_device(
     mean: Sequence[float] = CLIP_MEAN,
     std: Sequence[float] = CLIP_STD,
 ) -> torch.Tensor:
-    """Decode JPEG bytes on ``device`` (nvJPEG on CUDA), resize, crop, normalize: [N, 3, S, S] float."""
-    from torchvision.io import ImageReadMode, decode_jpeg
-    from torchvision.transforms.v2.functional import center_crop, resize
+    """Decode JPEG bytes on ``device`` (nvJPEG on CUDA), resize, crop, normalize: [N, 3, S, S] float.
 
-    device = torch.device(device)
-    tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in jpegs]
-    decoded = decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device)
-    mean_t = torch.tensor(mean, device=device).view(3, 1, 1)
-    std_t = torch.tensor(std, device=device).view(3, 1, 1)
-    out = []
-    for image in decoded:
-        image = resize(image.float().div_(255.0), [image_size], antialias=True)
-        image = center_crop(image, [image_size, image_size])
-        out.append((image - mean_t) / std_t)
-    return torch.stack(out)
+    The published path's steps (bicubic tensor Resize without antialias, as torchvision's tensor
+    Resize did then), through the shared decoder (common/gpudecode.py: stream-safe, CPU fallback)."""
+    from reprokit_trainers.common.gpudecode import decode_resize_center_crop
+
+    return decode_resize_center_crop(
+        jpegs, image_size, device, mean, std, interpolation="bicubic", antialias=False
+    )

@@ -50,7 +50,11 @@ class DeviceArguments(MfuArguments):
         default=None,
         metadata={
             "help": "TF32 matmuls and convolutions on (true) or off (false), set explicitly and recorded "
-            "in sysinfo.json; unset leaves the framework's default (NGC images: on)"
+            "in sysinfo.json; unset leaves the framework's default (NGC images: on)",
+            # HfArgumentParser wants a value after an optional bool; the host writes a true one as the
+            # bare flag (--tf32), as for every other bool.
+            "nargs": "?",
+            "const": True,
         },
     )
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from PIL import Image
 
+from . import gpudecode, randaugment
 from .synthetic import jpeg_bytes, sample_sizes
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -192,13 +193,29 @@ def random_resized_crop_params(
     return tuple(RandomResizedCrop.get_params(stand_in, list(scale), list(ratio)))
 
 
+def augment_fill(mean: Sequence[float] = IMAGENET_MEAN) -> tuple[int, ...]:
+    """The colour RandAugment fills uncovered areas with: the mean, as timm's ``img_mean``."""
+    return tuple(min(255, round(255 * m)) for m in mean)
+
+
+def _posterize(image: Image.Image, bits: int, **_: Any) -> Image.Image:
+    # timm's PosterizeIncreasing asks for 0 bits at magnitude 10 (1 draw in 44 of N(9, 0.5)), which
+    # Pillow 13 refuses with an error; the Pillow of the publication's time kept no bit: black.
+    if bits <= 0:
+        return Image.new(image.mode, image.size, 0)
+    from timm.data.auto_augment import posterize
+
+    return posterize(image, bits)
+
+
 class TrainTransform:
     """Flip, RandAugment, random-resized crop: in the order the token-labeling toolbox applies them.
 
     sail-sg/volo trains with the token-labeling toolbox's transforms, which flip and augment the
     whole decoded image and crop last (so the crop box can be recorded for the label map). timm's
     RandAugment is used as published (``rand-m9-mstd0.5-inc1``); the resize interpolation is
-    bilinear or bicubic at random (``--train-interpolation random``). Returns a uint8 CHW crop.
+    bilinear or bicubic at random (``--train-interpolation random``), and a fixed one is also what
+    RandAugment's geometric ops use, as the toolbox passes it. Returns a uint8 CHW crop.
     """
 
     def __init__(
@@ -222,11 +239,16 @@ class TrainTransform:
         if auto_augment:
             from timm.data.auto_augment import rand_augment_transform
 
-            hparams = {
+            hparams: dict[str, Any] = {
                 "translate_const": int(img_size * 0.45),
-                "img_mean": tuple(min(255, round(255 * m)) for m in mean),
+                "img_mean": augment_fill(mean),
             }
+            if interpolation != "random":
+                hparams["interpolation"] = self.interpolations[0]
             self.rand_augment = rand_augment_transform(auto_augment, hparams)
+            for op in self.rand_augment.ops:
+                if op.name.startswith("Posterize"):
+                    op.aug_fn = _posterize
 
     def __call__(self, image: Image.Image) -> tuple[torch.Tensor, Crop]:
         flipped = random.random() < self.hflip
@@ -356,40 +378,77 @@ class DeviceNormalize:
 
 
 class GpuDecode:
-    """JPEG bytes -> augmented uint8 crops on a CUDA device (nvJPEG through torchvision).
+    """JPEG bytes -> augmented uint8 crops on the device, in the published order: flip, RandAugment
+    on the whole image, random-resized crop resized as Pillow resizes (antialiased).
 
-    The crop boxes and flips were drawn in the workers from the JPEG headers, so targets that are
-    cropped with the image stay consistent. RandAugment here is torchvision's (2 ops, magnitude 9),
-    applied to the crop: close to, not the same as, timm's ``rand-m9-mstd0.5-inc1`` on the image.
+    Decoding goes through the shared device decoder (gpudecode.py: its own CUDA stream, a per-image
+    CPU fallback for what nvJPEG cannot decode, counted in ``cpu_fallbacks``). RandAugment is the
+    policy string's own (randaugment.py: timm's ops and magnitudes, on tensors); ``interpolation``
+    is ``--train_interpolation``: per image bilinear or bicubic at random, or a fixed one, for the
+    resize and for RandAugment's geometric ops, as on the CPU. The crop boxes and flips were drawn
+    in the workers from the JPEG headers, so targets that are cropped with the image stay consistent.
     """
 
-    def __init__(self, img_size: int, device: torch.device, rand_augment: bool = True) -> None:
-        from torchvision.transforms import v2
-
+    def __init__(
+        self,
+        img_size: int,
+        device: torch.device,
+        auto_augment: str | None = "rand-m9-mstd0.5-inc1",
+        interpolation: str = "random",
+        mean: Sequence[float] = IMAGENET_MEAN,
+        seed: int = 0,
+    ) -> None:
+        if interpolation not in randaugment.INTERPOLATIONS:
+            raise ValueError(
+                f"--train_interpolation {interpolation}: choose one of {', '.join(randaugment.INTERPOLATIONS)}"
+            )
         self.img_size = img_size
-        self.device = device
-        self.rand_augment = v2.RandAugment(num_ops=2, magnitude=9) if rand_augment else None
+        self.decoder = gpudecode.DeviceDecoder(device)
+        self.modes = ("bilinear", "bicubic") if interpolation == "random" else (interpolation,)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rand_augment = None
+        if auto_augment:
+            policy = randaugment.parse_policy(auto_augment)
+            self.rand_augment = randaugment.DeviceRandAugment(
+                policy, augment_fill(mean), interpolation=interpolation, seed=seed + 1
+            )
+
+    @property
+    def cpu_fallbacks(self) -> int:
+        return self.decoder.cpu_fallbacks
 
     def __call__(self, jpegs: list[torch.Tensor], boxes: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
-        from torchvision.io import ImageReadMode, decode_jpeg
-        from torchvision.transforms.v2 import InterpolationMode
-        from torchvision.transforms.v2 import functional as F
+        return self.decoder.run(jpegs, lambda images: self._finish(images, boxes, flipped))
 
-        decoded = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device)
+    def _augment(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        # Images of one size are augmented as one batch (ImageNet's are mostly 500 x 375 or 375 x 500).
+        by_size: dict[tuple[int, ...], list[int]] = {}
+        for index, image in enumerate(images):
+            by_size.setdefault(tuple(image.shape), []).append(index)
+        out = list(images)
+        for indices in by_size.values():
+            augmented = self.rand_augment(torch.stack([images[i] for i in indices]))
+            for row, index in enumerate(indices):
+                out[index] = augmented[row]
+        return out
+
+    def _finish(self, images: list[torch.Tensor], boxes: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
+        images = [
+            image.flip(-1) if flip else image for image, flip in zip(images, flipped.tolist(), strict=True)
+        ]
+        if self.rand_augment is not None:
+            images = self._augment(images)
+        picks = torch.randint(len(self.modes), (len(images),), generator=self.generator).tolist()
         out = []
-        for image, box, flip in zip(decoded, boxes.tolist(), flipped.tolist(), strict=True):
-            if flip:
-                image = image.flip(-1)
+        for image, box, pick in zip(images, boxes.tolist(), picks, strict=True):
             height, width = image.shape[-2:]
             top, left = round(box[1] * height), round(box[0] * width)
             h, w = max(1, round((box[3] - box[1]) * height)), max(1, round((box[2] - box[0]) * width))
-            mode = random.choice((InterpolationMode.BILINEAR, InterpolationMode.BICUBIC))
-            image = F.resized_crop(
-                image, top, left, h, w, [self.img_size, self.img_size], mode, antialias=True
+            out.append(
+                gpudecode.resized_crop(
+                    image, (top, left, h, w), self.img_size, self.modes[pick], antialias=True
+                )
             )
-            if self.rand_augment is not None:
-                image = self.rand_augment(image)
-            out.append(image)
         return torch.stack(out)
 
 

@@ -42,6 +42,7 @@ import re
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,13 +53,20 @@ from PIL import Image
 from torch import nn
 
 from reprokit_trainers.common import flops, imagenet
-from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common.args import (
+    DeviceArguments,
+    arguments_dict,
+    config_error,
+    one_line_errors,
+    parse_command_line,
+)
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
     init_process_group,
     log,
 )
+from reprokit_trainers.common.precision import set_tf32
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import StepLogger
 
@@ -139,10 +147,14 @@ class TrainArguments:
     seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
 
 
+# Every argument the trainer takes (arguments.json is their schema: ranges and choices).
+ARGUMENTS = (ModelArguments, DataArguments, TrainArguments, DeviceArguments)
+
+
 def parse_args(
     argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
+) -> tuple[ModelArguments, DataArguments, TrainArguments, DeviceArguments]:
+    return parse_command_line(PROG, ARGUMENTS, argv, trainer_dir=Path(__file__).parent)
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -377,6 +389,12 @@ def pycls_lr(epoch: int, args: TrainArguments) -> float:
 # Training
 
 
+def planned_steps(args: TrainArguments, steps_per_epoch: int) -> int:
+    """The steps this run will train: the whole schedule, or max_steps if fewer."""
+    schedule = steps_per_epoch * args.epochs
+    return min(schedule, args.max_steps) if args.max_steps > 0 else schedule
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -424,7 +442,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
     warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
     warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
-    model_args, data_args, train_args, mfu_args = parse_args(argv)
+    model_args, data_args, train_args, device_args = parse_args(argv)
+    # Before anything asks cuBLAS whether it may use TF32: the ladder's fp32 rungs are true fp32.
+    try:
+        tf32 = set_tf32(device_args.tf32)
+    except RuntimeError as error:
+        raise config_error(PROG, str(error)) from None
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -453,13 +476,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer=PROG)
+    run_dir.write_sysinfo(trainer=PROG, precision=tf32)
+    if data_info["data"] == "synthetic":
+        run_dir.depart("synthetic data")
+    eps = optimizer.defaults.get("eps")
+    if eps is not None and eps != train_args.adam_epsilon:
+        run_dir.depart(
+            f"AdamW eps {eps:g} instead of {train_args.adam_epsilon:g} (fp16 arithmetic, not fused)"
+        )
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     rung = (
         f"amp {prec.mode}, optimizer {train_args.optimizer}/{train_args.optimizer_impl}, classifier "
         f"{model_args.classifier}, layout {model_args.layout}, attention {model_args.attention}, "
-        f"sharding {train_args.sharding}, compile {train_args.compile}"
+        f"sharding {train_args.sharding}, compile {train_args.compile}, tf32 {tf32['tf32_matmul']}"
     )
     log(
         f"pycls ViT-{size} at {model_args.img_size}px ({parameters / 1e6:.2f}M parameters), batch {per_device} x "
@@ -470,7 +500,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     sample_flops = flops.count_on_main_process(lambda: flops_per_sample(model_args))
 
     # 6. Train
-    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    logger = StepLogger(
+        run_dir,
+        train_args.throughput_warmup_steps,
+        global_batch,
+        train_args.logging_steps,
+        total_steps=planned_steps(train_args, len(loader)),
+    )
     train(model, optimizer, scaler, loader, train_args, prec, device, logger)
     logger.close()
 
@@ -492,15 +528,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         optimizer_eps=optimizer.defaults.get("eps"),
         sharding=train_args.sharding,
         compile=train_args.compile,
+        # The switches the host compares with what the cell asked (reprokit/comparison.py).
+        torch_compile=train_args.compile,
+        loader="torch",
+        tf32=tf32["tf32_matmul"],
+        precision=tf32,
         process_group_backend=dist.get_backend(),
         per_device_train_batch_size=per_device,
         global_batch_size=global_batch,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(loader),
-        args=arguments_dict(model_args, data_args, train_args, mfu_args),
+        args=arguments_dict(model_args, data_args, train_args, device_args),
         **data_info,
         **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, device_args.device_peak_tflops),
     )
     destroy_process_group()
     return summary

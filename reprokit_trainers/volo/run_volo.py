@@ -39,8 +39,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet
-from reprokit_trainers.common.args import MfuArguments, arguments_dict, one_line_errors, parse_command_line
+from reprokit_trainers.common import flops, imagenet, precision, randaugment
+from reprokit_trainers.common.args import (
+    DeviceArguments,
+    arguments_dict,
+    config_error,
+    one_line_errors,
+    parse_command_line,
+)
 from reprokit_trainers.common.distributed import (
     accelerator_device,
     destroy_process_group,
@@ -115,10 +121,16 @@ class DataArguments(imagenet.ImageNetArguments):
     token_label_size: int | None = field(
         default=None, metadata={"help": "published --token-label-size; must be img_size / 16 (default: that)"}
     )
-    loader: str = field(default="torch", metadata={"help": "torch (CPU workers), gpu_decode (nvJPEG), dali"})
+    loader: str = field(
+        default="torch",
+        metadata={"help": "torch (CPU workers), gpu_decode (nvJPEG, augmented on the GPU), dali"},
+    )
     dataloader_num_workers: int = field(default=8, metadata={"help": "published -j (main.py default 8)"})
     pin_memory: bool = field(default=False, metadata={"help": "published --pin-mem"})
-    auto_augment: str = field(default="rand-m9-mstd0.5-inc1", metadata={"help": "published --aa"})
+    auto_augment: str = field(
+        default="rand-m9-mstd0.5-inc1",
+        metadata={"help": "published --aa: a timm RandAugment policy (rand-...), or none"},
+    )
     reprob: float = field(default=0.25, metadata={"help": "random erasing probability (CutOut)"})
     remode: str = field(default="pixel")
     recount: int = field(default=1)
@@ -126,8 +138,15 @@ class DataArguments(imagenet.ImageNetArguments):
     scale: list[float] = field(default_factory=lambda: [0.08, 1.0])
     ratio: list[float] = field(default_factory=lambda: [3 / 4, 4 / 3])
     train_interpolation: str = field(
-        default="random", metadata={"help": "random = bilinear or bicubic per image"}
+        default="random",
+        metadata={
+            "help": "random (bilinear or bicubic per image), bilinear or bicubic: resize and RandAugment"
+        },
     )
+
+    def policy(self) -> str | None:
+        """The RandAugment policy in effect: None for none."""
+        return None if self.auto_augment.lower() in ("", "none") else self.auto_augment
 
 
 @dataclass
@@ -173,10 +192,14 @@ class TrainArguments:
     save_checkpoint: bool = field(default=True)
 
 
+# Every argument the trainer takes (arguments.json is their schema: ranges and choices).
+ARGUMENTS = (ModelArguments, DataArguments, TrainArguments, DeviceArguments)
+
+
 def parse_args(
     argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, TrainArguments, MfuArguments]:
-    return parse_command_line(PROG, (ModelArguments, DataArguments, TrainArguments, MfuArguments), argv)
+) -> tuple[ModelArguments, DataArguments, TrainArguments, DeviceArguments]:
+    return parse_command_line(PROG, ARGUMENTS, argv, trainer_dir=Path(__file__).parent)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,6 +258,28 @@ def resolve_checkpoint(path: str) -> Path:
     )
 
 
+def pretraining(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """What a checkpoint this trainer saved says of its training (None for another's, e.g. the
+    released sail-sg/volo weights): steps, whether the schedule ran to its end, on what data."""
+    if "steps" not in checkpoint:
+        return None
+    return {
+        "steps": checkpoint["steps"],
+        "schedule_completed": bool(checkpoint.get("schedule_completed", False)),
+        "data": checkpoint.get("data"),
+    }
+
+
+def pretraining_departure(info: dict[str, Any] | None) -> str | None:
+    """The departure of finetuning from the kit's own short pretraining run, where the publication
+    finetuned its fully pretrained weights; None for full pretraining (or weights from elsewhere)."""
+    if not info or (info["schedule_completed"] and info["data"] != "synthetic"):
+        return None
+    how = "" if info["schedule_completed"] else f" for {info['steps']} steps"
+    data = " on synthetic data" if info["data"] == "synthetic" else ""
+    return f"finetuned from weights pretrained{how}{data}, not the published pretrained weights"
+
+
 def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
     """Load pretrained weights, resizing the [1, H, W, C] position embedding to the model's grid."""
     from timm.layers import resample_abs_pos_embed_nhwc
@@ -253,7 +298,12 @@ def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
     ]
     for key in dropped:  # another number of classes: the classifiers start fresh (as sail-sg/volo does)
         del state[key]
-    info: dict[str, Any] = {"finetune_from": str(file), "pos_embed_resized": None, "heads_reset": dropped}
+    info: dict[str, Any] = {
+        "finetune_from": str(file),
+        "pos_embed_resized": None,
+        "heads_reset": dropped,
+        "pretraining": pretraining(checkpoint),
+    }
     old = state.get("pos_embed")
     if old is not None and old.shape != model.pos_embed.shape:
         new_size = list(model.pos_embed.shape[1:3])
@@ -297,7 +347,7 @@ def build_data(
 
     transform = imagenet.TrainTransform(
         img_size,
-        auto_augment=data_args.auto_augment or None,
+        auto_augment=data_args.policy(),
         hflip=data_args.hflip,
         scale=data_args.scale,
         ratio=data_args.ratio,
@@ -310,6 +360,12 @@ def build_data(
         dataset, batch_size, data_args.dataloader_num_workers, data_args.pin_memory, seed
     )
     return loader, described
+
+
+def check_augmentation(data_args: DataArguments) -> None:
+    """A RandAugment policy both loaders run alike (timm's rand- grammar, its default op sets)."""
+    if data_args.policy():
+        randaugment.parse_policy(data_args.policy())
 
 
 def check_loader(loader: str) -> None:
@@ -356,10 +412,15 @@ class Setup:
     loader: torch.utils.data.DataLoader
     data_info: dict[str, Any]
     finetuned: dict[str, Any]
+    gpu_decode: imagenet.GpuDecode | None  # --loader gpu_decode: decodes and augments on the device
 
 
 def setup(
-    model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, rank: int
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    train_args: TrainArguments,
+    rank: int,
+    device: torch.device,
 ) -> Setup:
     """Check the configuration and build model and data; configuration problems raise ValueError."""
     _, named_size = parse_model_name(model_args.model_name_or_path)
@@ -368,6 +429,7 @@ def setup(
     tokenlabel.check_token_label_size(img_size, label_size)
     if not data_args.token_label:
         raise ValueError("run_volo.py trains with token labeling only, as every published VOLO command does")
+    check_augmentation(data_args)
     check_loader(data_args.loader)
     amp_mode, amp_dtype = amp_settings(train_args)
     random.seed(train_args.seed + rank)
@@ -382,7 +444,27 @@ def setup(
         raise ValueError(
             f"the data has {data_info['num_classes_data']} classes, the model {model_args.num_classes}"
         )
-    return Setup(model, architecture, img_size, label_size, amp_mode, amp_dtype, loader, data_info, finetuned)
+    gpu_decode = None
+    if data_args.loader == "gpu_decode":
+        gpu_decode = imagenet.GpuDecode(
+            img_size,
+            device,
+            data_args.policy(),
+            data_args.train_interpolation,
+            seed=train_args.seed + rank,
+        )
+    return Setup(
+        model,
+        architecture,
+        img_size,
+        label_size,
+        amp_mode,
+        amp_dtype,
+        loader,
+        data_info,
+        finetuned,
+        gpu_decode,
+    )
 
 
 def train_loop(
@@ -433,9 +515,7 @@ def train_loop(
     normalize = imagenet.DeviceNormalize(
         device, re_prob=data_args.reprob, re_mode=data_args.remode, re_count=data_args.recount
     )
-    gpu_decode = None
-    if data_args.loader == "gpu_decode":
-        gpu_decode = imagenet.GpuDecode(run.img_size, device, bool(data_args.auto_augment))
+    gpu_decode = run.gpu_decode
     num_classes = run.model.num_classes
 
     steps_per_epoch = len(run.loader)
@@ -480,11 +560,19 @@ def train_loop(
     return step, total_epochs
 
 
-def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, steps: int) -> Path:
-    """<output_dir>/checkpoint/model.pt, timm-style ({"state_dict": ...}): what --finetune reads."""
-    path = Path(output_dir) / "checkpoint" / "model.pt"
+def planned_steps(train_args: TrainArguments, steps_per_epoch: int) -> int:
+    """The steps this run will train: the whole schedule (cooldown included), or max_steps if fewer."""
+    schedule = steps_per_epoch * (train_args.epochs + train_args.cooldown_epochs)
+    return min(schedule, train_args.max_steps) if train_args.max_steps > 0 else schedule
+
+
+def save_checkpoint(run: Setup, model_args: ModelArguments, train_args: TrainArguments, steps: int) -> Path:
+    """<output_dir>/checkpoint/model.pt, timm-style ({"state_dict": ...}): what --finetune reads. It
+    says how it was trained, so a finetune from it knows whether it had pretrained weights."""
+    path = Path(train_args.output_dir) / "checkpoint" / "model.pt"
     if is_main_process():
         path.parent.mkdir(parents=True, exist_ok=True)
+        schedule = len(run.loader) * (train_args.epochs + train_args.cooldown_epochs)
         payload = {
             "state_dict": run.model.state_dict(),
             "model_name": model_args.model_name_or_path,
@@ -492,6 +580,8 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
             "architecture": run.architecture,
             "num_classes": model_args.num_classes,
             "steps": steps,
+            "schedule_completed": steps >= schedule,
+            "data": run.data_info["data"],
         }
         torch.save(payload, path)
     if dist.is_initialized():
@@ -499,12 +589,36 @@ def save_checkpoint(run: Setup, model_args: ModelArguments, output_dir: str, ste
     return path
 
 
+def sum_over_ranks(count: int, device: torch.device) -> int:
+    """A per-rank count summed over the process group (every rank must call it)."""
+    if not dist.is_initialized():
+        return count
+    total = torch.tensor([count], device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(total)
+    return int(total.item())
+
+
+def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> None:
+    """What this run does other than the publication: the host's verdict is then not comparable."""
+    if run.data_info["data"] == "synthetic":
+        run_dir.depart("synthetic data")
+    if not data_args.token_label_data:
+        run_dir.depart("synthetic token labels (no NFNet-F6 label maps given)")
+    finetuned_from = pretraining_departure(run.finetuned.get("pretraining"))
+    if finetuned_from:
+        run_dir.depart(finetuned_from)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    # 1. Parse arguments
+    # 1. Parse arguments; set TF32 before anything asks cuBLAS whether it may use it
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
-    model_args, data_args, train_args, mfu_args = parse_args(argv)
+    model_args, data_args, train_args, device_args = parse_args(argv)
+    try:
+        tf32 = precision.set_tf32(device_args.tf32)
+    except RuntimeError as error:
+        raise config_error(PROG, str(error)) from None
 
     # 2. Join the process group (torchrun's; a process started alone trains without one)
     device = accelerator_device()
@@ -512,11 +626,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
     # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
     with one_line_errors(PROG, ValueError, FileNotFoundError, json.JSONDecodeError):
-        run = setup(model_args, data_args, train_args, rank)
+        run = setup(model_args, data_args, train_args, rank, device)
 
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
-    run_dir.write_sysinfo(trainer=PROG)
+    run_dir.write_sysinfo(trainer=PROG, precision=tf32)
+    record_departures(run_dir, run, data_args)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     # --lr is the published value and is used as is (main.py never rescales it); --lr_base applies
@@ -527,7 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         f"{model_args.model_name_or_path} at {run.img_size}px ({parameters / 1e6:.2f}M parameters), token labels "
         f"{run.label_size}x{run.label_size}, batch {per_device} x {world} = {global_batch}, lr {lr:.3g} "
         f"(= lr_base {lr * 1024 / global_batch:.3g} x {global_batch}/1024), amp {run.amp_mode}, "
-        f"data {run.data_info['data']}, loader {data_args.loader}"
+        f"tf32 {tf32['tf32_matmul']}, data {run.data_info['data']}, loader {data_args.loader}"
     )
     if run.finetuned:
         log(
@@ -540,14 +655,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 6. Train
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as main.py: fixed shapes, let cuDNN pick kernels
-    logger = StepLogger(run_dir, train_args.throughput_warmup_steps, global_batch, train_args.logging_steps)
+    logger = StepLogger(
+        run_dir,
+        train_args.throughput_warmup_steps,
+        global_batch,
+        train_args.logging_steps,
+        total_steps=planned_steps(train_args, len(run.loader)),
+    )
     steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
+    switches: dict[str, Any] = {
+        "loader": data_args.loader,
+        "torch_compile": False,
+        "tf32": tf32["tf32_matmul"],
+    }
+    if run.gpu_decode is not None:
+        # Images nvJPEG cannot decode (PNG, CMYK), decoded by Pillow instead, as the published loaders do.
+        switches["gpu_decode_cpu_fallbacks"] = sum_over_ranks(run.gpu_decode.cpu_fallbacks, device)
 
     # 7. Save the weights (what --finetune reads)
-    checkpoint = (
-        save_checkpoint(run, model_args, train_args.output_dir, steps) if train_args.save_checkpoint else None
-    )
+    checkpoint = save_checkpoint(run, model_args, train_args, steps) if train_args.save_checkpoint else None
 
     # 8. Write the summary, last
     meter = logger.meter
@@ -563,16 +690,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         learning_rate=lr,
         lr_base=lr * 1024 / global_batch,
         amp=run.amp_mode,
-        loader=data_args.loader,
+        precision=tf32,
+        auto_augment=data_args.policy(),
+        train_interpolation=data_args.train_interpolation,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(run.loader),
         epochs_scheduled=epochs,
         checkpoint=str(checkpoint) if checkpoint else None,
-        args=arguments_dict(model_args, data_args, train_args, mfu_args),
+        args=arguments_dict(model_args, data_args, train_args, device_args),
+        **switches,
         **run.data_info,
         **run.finetuned,
         **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, mfu_args.device_peak_tflops),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, device_args.device_peak_tflops),
     )
     destroy_process_group()
     return summary
