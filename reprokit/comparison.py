@@ -31,6 +31,7 @@ SWITCHES = {
     "distribution_strategy": ("distribution_strategy", "distribution strategy"),
     "image_pipeline": ("image_pipeline", "image pipeline"),
     "torch_compile": ("torch_compile", "torch.compile"),
+    "compile": ("torch_compile", "torch.compile"),  # the ViT ladder's own name for it (pycls)
     "loader": ("loader", "loader"),
 }
 

@@ -54,7 +54,9 @@ def test_each_schema_names_only_real_arguments_with_their_types(trainer):
         assert name in fields, f"{trainer}/arguments.json: {name} is not an argument of the trainer"
         kind, nullable = _schema_type(fields[name].type)
         if kind is not None:  # TrainingArguments' Union[...] fields are checked by value only
-            assert rule["type"] == kind, f"{trainer}: {name} is {kind}, schema says {rule['type']}"
+            # A mapping travels as JSON text: a `json` rule is a str field.
+            expected = "str" if rule["type"] == "json" else rule["type"]
+            assert expected == kind, f"{trainer}: {name} is {kind}, schema says {rule['type']}"
             assert bool(rule.get("nullable")) == nullable, f"{trainer}: {name} nullable is {nullable}"
     if found.get("closed"):
         assert set(fields) <= set(found["arguments"]), f"{trainer}: schema misses {set(fields) - set(found['arguments'])}"
@@ -148,3 +150,11 @@ def test_the_host_reads_the_schema_without_importing_torch():
     problems, torch_loaded = out.stdout.strip().splitlines()
     assert json.loads(problems.replace("'", '"')) == ["per_device_train_batch_size: must be at least 1, got 0"]
     assert torch_loaded == "False"
+
+
+def test_a_mapping_argument_is_checked_as_json_on_both_sides():
+    rule = {"type": "json", "nullable": True}
+    assert schema.problem(rule, {"layers": [1, 1]}) is None  # a recipe's mapping
+    assert schema.problem(rule, '{"layers": [1, 1]}') is None  # the command line's JSON text
+    assert schema.problem(rule, "{layers: 1}") == "must be a JSON object, got '{layers: 1}'"
+    assert schema.problem(rule, [1, 2]) == "must be a JSON object, got [1, 2]"

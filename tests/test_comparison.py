@@ -115,3 +115,16 @@ def test_speedups_are_over_the_baseline_of_the_same_group(tmp_path):
     v1 = rows["fastddp-workers1-mediapipe-v1"]
     assert v1["measured_speedup"] == pytest.approx(800 / 530) and v1["published_speedup"] == 1.51
     assert v1["speedup_verdict"] == "reproduced"
+
+
+def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
+    from reprokit import comparison, records
+
+    (cell,) = [
+        c for c in cells.expand(recipes.load("vit-speedups"), "vit-speedups", "cuda", "published", devices=8)
+        if c.args.get("compile")
+    ][:1]
+    summary = {**_measured(after=3000.0, whole=2500.0), "torch_compile": False}
+    record = records.read(_run_dir(tmp_path, cell, "NVIDIA A100-SXM4-80GB", summary, world=8))
+    # pycls's flag is --compile; the trainer records what was in effect as torch_compile.
+    assert comparison.departures(record) == ["torch.compile not in effect (asked True, ran False)"]

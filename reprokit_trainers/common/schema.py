@@ -3,7 +3,8 @@
 Stdlib only, so the host can load this file by path and check a recipe's arguments before it
 builds an image or waits in a queue, with the same rules the trainer applies to its own command
 line after parsing it. A schema is ``{"closed": bool, "arguments": {name: rule}}``; a rule has a
-``type`` (int, float, bool, str, list[int], list[float]) and optionally ``nullable``, ``min``,
+``type`` (int, float, bool, str, list[int], list[float], or json: a mapping, or its JSON text as
+a command line carries it) and optionally ``nullable``, ``min``,
 ``max``, ``above`` (strictly greater than) and ``choices``. A closed schema names every argument the
 trainer takes, so a misspelt key is caught too; an open one (a trainer that also passes
 TrainingArguments through) checks only the names it lists.
@@ -24,6 +25,13 @@ def load(trainer_dir: str | Path) -> dict[str, Any]:
 
 
 def _type_problem(kind: str, value: Any) -> str | None:
+    if kind == "json":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return f"must be a JSON object, got {value!r}"
+        return None if isinstance(value, dict) else f"must be a JSON object, got {value!r}"
     if kind.startswith("list[") and kind.endswith("]"):
         if not isinstance(value, list | tuple):
             return f"must be a list of {kind[5:-1]}, got {value!r}"
