@@ -297,6 +297,25 @@ def test_a_volo_run_with_the_dali_loader_records_it_in_the_summary(tmp_path):
     assert summary["steps_per_epoch"] == 8
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_a_gpu_pipeline_where_there_is_no_cuda_is_a_one_line_error():
+    with pytest.raises(ValueError) as refused:
+        dali.build_pipeline(
+            lambda info: None,
+            batch_size=2,
+            img_size=32,
+            device_id=0,
+            num_threads=1,
+            seed=0,
+            rand_augment_spec=None,
+        )
+    message = str(refused.value)
+    assert "\n" not in message
+    assert (
+        message.startswith("--loader dali: DALI cannot build its pipeline on GPU 0: ") and "CUDA" in message
+    )
+
+
 def test_without_dali_the_flag_is_refused_in_one_line(tmp_path, monkeypatch):
     import reprokit_trainers.volo
 

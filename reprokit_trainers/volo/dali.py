@@ -411,8 +411,25 @@ def build_pipeline(
         return fn.transpose(images, perm=[2, 0, 1]), boxes, flips, labels, maps
 
     pipe = train(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
-    pipe.build()
-    return pipe
+    try:
+        pipe.build()
+    except RuntimeError as error:  # no usable GPU or driver for this DALI, and the like: one line
+        reason = _reason(error)
+    else:
+        return pipe
+    del pipe  # shut the pipeline down now: left to the interpreter's exit, DALI complains in a traceback
+    where = f"GPU {device_id}" if device_id is not None else "the CPU"
+    raise ValueError(f"--loader dali: DALI cannot build its pipeline on {where}: {reason}")
+
+
+def _reason(error: Exception) -> str:
+    """The line of a DALI error that says what failed (its messages run over many lines)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        found = re.search(r"failed: (.+)", line)
+        if found:
+            return found.group(1)
+    return lines[0] if lines else type(error).__name__
 
 
 class _Feed:
