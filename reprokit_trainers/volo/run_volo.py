@@ -354,8 +354,21 @@ def build_data(
         interpolation=data_args.train_interpolation,
     )
     dataset = imagenet.ImageTrainDataset(
-        source, transform, encoded=data_args.loader == "gpu_decode", extra=label_map
+        source, transform, encoded=data_args.loader in ("gpu_decode", "dali"), extra=label_map
     )
+    if data_args.loader == "dali":
+        from . import dali
+
+        loader, dali_info = dali.train_loader(
+            dataset,
+            batch_size,
+            img_size=img_size,
+            auto_augment=data_args.auto_augment or None,
+            interpolation=data_args.train_interpolation,
+            num_workers=data_args.dataloader_num_workers,
+            seed=seed,
+        )
+        return loader, {**described, **dali_info}
     loader = imagenet.train_loader(
         dataset, batch_size, data_args.dataloader_num_workers, data_args.pin_memory, seed
     )
@@ -378,14 +391,11 @@ def check_loader(loader: str) -> None:
         )
     if loader == "dali":
         try:
-            import nvidia.dali  # noqa: F401
-        except ImportError:
+            from . import dali  # noqa: F401
+        except ImportError as error:
             raise ValueError(
-                "--loader dali needs NVIDIA DALI (pip install nvidia-dali-cuda120), which is not installed"
+                f"--loader dali needs NVIDIA DALI: pip install nvidia-dali-cuda120 (the kit's cuda image has it); {error}"
             ) from None
-        raise ValueError(
-            "--loader dali is not implemented in this kit yet: use --loader gpu_decode (nvJPEG) or torch"
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -607,6 +617,8 @@ def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> 
     finetuned_from = pretraining_departure(run.finetuned.get("pretraining"))
     if finetuned_from:
         run_dir.depart(finetuned_from)
+    for reason in getattr(run.loader, "departures", ()):  # what the DALI loader does unlike timm
+        run_dir.depart(reason)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
