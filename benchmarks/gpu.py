@@ -37,7 +37,7 @@ SUITE: dict[str, list[str] | None] = {
         "workers2-gpu-decode-fused",
         "workers2-gpu-decode-fused-compile",
     ],
-    "volo": ["pretrain-d5", "pretrain-d5-gpu-decode", "finetune-d5-512"],
+    "volo": ["pretrain-d5", "pretrain-d5-gpu-decode", "pretrain-d5-dali", "finetune-d5-512"],
     "vit-speedups": None,
 }
 # What each recipe's cells need to run offline and briefly.
