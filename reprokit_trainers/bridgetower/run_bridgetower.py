@@ -652,8 +652,8 @@ def prepare_split(
 ) -> Any:
     """Tokenize once (cached), then attach the image transform that runs per batch in the workers.
 
-    With mediapipe the HPU pipeline reads the raw rows; the transform is only handed over, for the
-    loader to fall back on (the attributes are the ones the published example's loader reads).
+    With mediapipe the HPU pipeline reads the raw rows and the attributes the published example's
+    loader reads; the transform is only handed over, as its CPU fallback expects (which the kit refuses).
     """
     if max_samples is not None:
         dataset = dataset.select(range(min(len(dataset), max_samples)))
