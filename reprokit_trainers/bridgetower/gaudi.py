@@ -145,7 +145,8 @@ def resolve_gaudi_config(
         value = settings.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise SetupError(f"--gaudi_config_name {name}: {path}: {key} must be a list of op names")
-    return GaudiConfigFile(name, path.resolve(), hashlib.sha256(data).hexdigest(), settings)
+    # absolute(), not resolve(): a hub file stays its snapshot path (named gaudi_config.json), not its blob.
+    return GaudiConfigFile(name, path.absolute(), hashlib.sha256(data).hexdigest(), settings)
 
 
 def _is_flag(token: str, flag: str) -> bool:
