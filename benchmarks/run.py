@@ -4,8 +4,9 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 
 - the BridgeTower data path, JPEG bytes -> model-ready tensors, per core (one thread, no
   workers) and with N loader workers, for the published script's path, transformers'
-  BridgeTowerImageProcessor, and the kit's paths, on the same synthetic images, each with its
-  largest difference from the published output;
+  BridgeTowerImageProcessor, and the kit's paths, on the trainer's synthetic cartoons (the New
+  Yorker cartoons' sizes and bytes, common/synthetic.py), each with its largest difference from
+  the published output;
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
   `reprokit` (which must not import torch).
 
@@ -29,8 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-# New Yorker cartoon sizes, as the BridgeTower recipe synthesizes them.
-WIDTHS, HEIGHTS = (500, 900), (400, 800)
 IMAGE_SIZE = 294
 # Largest mean |difference| from the published path, in normalized units (1/255 of a pixel
 # level is ~0.015 after CLIP's std): what "equal to tolerance" means for each kit path.
@@ -38,12 +37,21 @@ TOLERANCE = {"kit": 0.01, "kit-draft": 0.10}
 
 
 def _images(count: int, seed: int = 0) -> list[bytes]:
+    """The BridgeTower trainer's synthetic cartoons: its sizes and JPEG quality, from the one place
+    that states them."""
     import numpy as np
 
-    from reprokit_trainers.common.synthetic import jpeg_bytes, sample_sizes
+    from reprokit_trainers.common.synthetic import (
+        CARTOON_HEIGHTS,
+        CARTOON_WIDTHS,
+        cartoon_jpeg_bytes,
+        sample_sizes,
+    )
 
     rng = np.random.default_rng(seed)
-    return [jpeg_bytes(w, h, rng) for w, h in sample_sizes(count, rng, WIDTHS, HEIGHTS)]
+    return [
+        cartoon_jpeg_bytes(w, h, rng) for w, h in sample_sizes(count, rng, CARTOON_WIDTHS, CARTOON_HEIGHTS)
+    ]
 
 
 def _hf_processor():
@@ -171,7 +179,7 @@ def overhead() -> list[dict]:
         if result.returncode != 0:
             raise SystemExit(f"inv reproduce --dry-run failed: {result.stderr.strip().splitlines()[-1]}")
     code = (
-        "import sys, time; t = time.perf_counter(); import reprokit.session, reprokit.render, reprokit.collect;"
+        "import sys, time; t = time.perf_counter(); import reprokit.session, reprokit.templating, reprokit.collect;"
         "print(time.perf_counter() - t, 'torch' in sys.modules)"
     )
     imports = []
@@ -199,7 +207,7 @@ def model_flops() -> list[dict]:
     from reprokit_trainers.volo import run_volo
 
     # The recipe's large architecture, captions padded to 128 tokens as the trainer does.
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
     bridgetower = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
     published = [
         (

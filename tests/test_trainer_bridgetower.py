@@ -1,14 +1,15 @@
-"""The BridgeTower trainer: offline runs, the published preprocessing, the run directory it writes."""
+"""The BridgeTower trainer: offline runs, the published preprocessing, the run directory it writes,
+each throughput definition, Gaudi's config and mediapipe (as far as a machine without Habana goes)."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
-import types
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-from transformers import TrainingArguments  # noqa: E402
-
-from reprokit_trainers.bridgetower import run_bridgetower  # noqa: E402
-from reprokit_trainers.common.synthetic import cartoon_jpeg_bytes  # noqa: E402
+from reprokit_trainers.bridgetower import gaudi, run_bridgetower, throughput  # noqa: E402
+from reprokit_trainers.common.rundir import ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.synthetic import (  # noqa: E402
+    CARTOON_HEIGHTS,
+    CARTOON_WIDTHS,
+    cartoon_jpeg_bytes,
+    sample_sizes,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -103,6 +108,25 @@ def train(
     return result, run_dir
 
 
+def refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """The one line a refused command line ends with (and nothing written, no traceback)."""
+    command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), *args]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**offline_env(tmp_path), **(env or {})},
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()
+    return errors[0]
+
+
 def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     _, run_dir = train(
         tmp_path,
@@ -115,9 +139,17 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert summary["steps"] == 6 and summary["warmup_steps"] == 2 and summary["world_size"] == 1
     # samples/s counts the 4 steps after the warm-up; the Trainer's own figure counts all 6.
     assert summary["measured_samples"] == 16 and summary["samples"] == 24
-    assert summary["samples_per_second"] > 0
-    assert summary["train_samples_per_second"] > 0
-    assert summary["trainer_metrics"]["train_samples_per_second"] == summary["train_samples_per_second"]
+    assert summary["samples_per_second"] == summary["throughput"]["after_warmup"]["value"] > 0
+    assert summary["trainer_metrics"]["train_samples_per_second"] == summary["train_samples_per_second"] > 0
+    # What ran other than the publication, and the switches in effect.
+    assert summary["departures"] == ["random weights", "offline tokenizer", "synthetic data"]
+    assert (summary["mediapipe"], summary["loader"], summary["image_pipeline"]) == (
+        False,
+        "torch",
+        "published",
+    )
+    assert summary["distribution_strategy"] == "none (one process)" and summary["torch_compile"] is False
+    assert summary["trainer"] == "Trainer" and summary["gaudi_config"] is None
     assert summary["eval_metrics"]["eval_loss"] > 0 and summary["test_metrics"]["test_loss"] > 0
     assert (summary["model_source"], summary["data_source"], summary["tokenizer_source"]) == (
         "random",
@@ -148,17 +180,11 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert any(e.parent.name == "throughput" for e in events)
 
 
-def test_offline_it_falls_back_to_random_weights_synthetic_data_and_the_cpu_loader(tmp_path):
-    """The published command line, unreachable hub: the run still completes and says what it used."""
+def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_both(tmp_path):
+    """The published command line, unreachable hub: the run still completes, says what it used, and
+    records each fallback as a departure (the host then gives no verdict)."""
     result, run_dir = train(
-        tmp_path,
-        *HUB_ARGS,
-        "--do_train",
-        "--max_steps",
-        "2",
-        "--mediapipe_dataloader",
-        "--image_pipeline",
-        "kit-draft",
+        tmp_path, *HUB_ARGS, "--do_train", "--max_steps", "2", "--image_pipeline", "kit-draft"
     )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == 2
@@ -167,8 +193,60 @@ def test_offline_it_falls_back_to_random_weights_synthetic_data_and_the_cpu_load
         summary["data_source"] == "synthetic"
         and "newyorker_caption_contest" in summary["data_fallback_reason"]
     )
-    assert summary["mediapipe"] is False and summary["image_pipeline"] == "kit-draft"
-    assert "--mediapipe_dataloader needs Gaudi: falling back to the CPU loader" in result.stdout
+    assert summary["departures"] == [
+        "random weights",
+        "model fallback: the checkpoint could not be loaded (model_fallback_reason)",
+        "offline tokenizer",
+        "synthetic data",
+        "data fallback: jmhessel/newyorker_caption_contest could not be loaded (data_fallback_reason)",
+    ]
+    assert summary["image_pipeline"] == "kit-draft" and summary["mediapipe"] is False
+    assert "[reprokit] departure from the publication: synthetic data" in result.stdout
+
+
+def test_each_throughput_definition_counts_what_its_publication_counted(tmp_path):
+    """10 rows in batches of 4 make a partial third batch: 5 steps hold 4, 4, 2, 4, 4 samples."""
+    _, run_dir = train(
+        tmp_path,
+        "--random_init", "--synthetic_data", "--do_train", "--synthetic_num_train", "10",
+        "--max_steps", "5", "--throughput_warmup_steps", "1", "--dataloader_num_workers", "0",
+    )  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    figures = summary["throughput"]
+    # The kit's meter: what steps 2-5 really held, the partial batch as it was.
+    assert figures["after_warmup"]["samples"] == 14 and summary["samples"] == 18
+    assert figures["after_warmup"]["value"] == pytest.approx(14 / figures["after_warmup"]["seconds"])
+    # The GPU figures' definition: the stock Trainer's own metric, unchanged (max_steps x batch = 20).
+    metrics = summary["trainer_metrics"]
+    assert figures["whole_run"]["value"] == metrics["train_samples_per_second"]
+    assert (
+        figures["whole_run"]["samples"] == 20 and figures["whole_run"]["seconds"] == metrics["train_runtime"]
+    )
+    # Gaudi's: GaudiTrainer's formula (max_steps x batch - warm-up x batch), over the meter's steady time.
+    assert figures["gaudi_trainer"]["samples"] == 5 * 4 - 1 * 4
+    assert figures["gaudi_trainer"]["seconds"] == figures["after_warmup"]["seconds"]
+    assert "GaudiTrainer's formula" in figures["gaudi_trainer"]["counted"]
+
+
+def test_gaudi_trainer_samples_follow_its_formula_over_epochs():
+    # The published Gaudi2 run: 9,792 rows, 5 epochs, 3 warm-up steps of 8 x 48.
+    assert throughput.gaudi_trainer_samples(9792, 5, -1, 3, 384) == 9792 * 5 - 3 * 384
+    # Partial last batches are not looked at: 10 rows in batches of 4 count 10 per epoch.
+    assert throughput.trainer_samples(10, 2, -1, 4) == 20
+    assert throughput.gaudi_trainer_samples(10, 2, -1, 1, 4) == 16
+    assert throughput.gaudi_trainer_samples(10, 2, 5, 1, 4) == 16  # max_steps wins over epochs
+
+
+def test_when_gaudi_trainer_ran_its_own_figure_is_the_gaudi_trainer_definition():
+    meter = ThroughputMeter(warmup_steps=1)
+    for step in range(1, 4):
+        meter.step_end(4, boundary=step == 3)
+    metrics = {"train_samples_per_second": 123.456, "train_runtime": 9.0}
+    figures = throughput.definitions(meter, "GaudiTrainer", metrics, 10, 1.0, -1, 4)
+    assert figures["gaudi_trainer"]["value"] == 123.456 and figures["gaudi_trainer"]["samples"] == 10 - 4
+    assert figures["gaudi_trainer"]["counted"].startswith("GaudiTrainer's own")
+    # GaudiTrainer's metric is not a whole-run figure: that one stays the kit meter's.
+    assert figures["whole_run"]["samples"] == 12 and "kit's meter" in figures["whole_run"]["counted"]
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +266,14 @@ def test_preprocessing_is_the_published_one(tmp_path, tokenizer):
     row = train_split[0]
     assert row["pixel_values"].shape == (3, 294, 294) and row["pixel_values"].dtype == torch.float32
     pixels = row["pixel_values"]
-    # CLIP's normalization maps 8-bit pixels to about [-1.79, 2.15]; bicubic overshoots a little.
-    assert -2.0 < float(pixels.min()) < -1.0 and 1.5 < float(pixels.max()) < 2.4
+    # CLIP's normalization: the drawing's white paper, its commonest pixel, becomes (1 - mean) / std.
+    # (Ink lines overshoot that range: a bicubic resize without antialiasing rings at sharp edges,
+    # and nothing clamps the float tensor, as published.)
+    for channel, (mean, std) in enumerate(
+        zip(run_bridgetower.CLIP_MEAN, run_bridgetower.CLIP_STD, strict=True)
+    ):
+        paper = float(pixels[channel].flatten().mode().values)
+        assert paper == pytest.approx((1 - mean) / std, abs=1e-4)
     ids, mask = row["input_ids"], row["attention_mask"]
     assert len(ids) == len(mask) == 128
     words = len(dataset["train"][0]["image_description"].split())
@@ -230,7 +314,7 @@ def test_the_logit_scale_is_pinned_when_the_architecture_omits_it():
 
 def test_the_recipe_architectures_build():
     yaml = pytest.importorskip("yaml")
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
     published = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
     assert run_bridgetower.count_parameters(published) == pytest.approx(866.6e6, abs=0.05e6)
     for name, scale in recipe["scales"].items():
@@ -242,76 +326,227 @@ def test_the_recipe_architectures_build():
                 pytest.fail(f"the {name} scale's architecture does not build: {error}")
 
 
-@pytest.mark.skipif(
-    run_bridgetower.habana_available(), reason="optimum-habana is installed: Gaudi flags are valid"
-)
+@pytest.mark.skipif(gaudi.gaudi_available(), reason="a Gaudi: the Gaudi flags are valid here")
 @pytest.mark.parametrize(
     "flag",
     [
         ["--use_habana"],
         ["--use_lazy_mode"],
         ["--use_hpu_graphs_for_inference"],
-        ["--gaudi_config_name", "Habana/clip"],
+        ["--gaudi_config_name", "gaudi_configs/clip.json"],
         ["--distribution_strategy", "fast_ddp"],
     ],
 )
 def test_gaudi_only_flags_are_refused_elsewhere(tmp_path, flag):
     with pytest.raises(SystemExit) as raised:
-        run_bridgetower.parse_args(["--output_dir", str(tmp_path), *flag])
+        run_bridgetower.parse_args(["--output_dir", str(tmp_path), "--do_train", *flag])
     message = str(raised.value)
     assert message.startswith("run_bridgetower.py: error: ") and "\n" not in message
     assert flag[0] in message and "Gaudi" in message
 
 
-@pytest.mark.skipif(
-    run_bridgetower.habana_available(), reason="optimum-habana is installed: Gaudi flags are valid"
-)
+@pytest.mark.skipif(gaudi.gaudi_available(), reason="a Gaudi: the Gaudi flags are valid here")
 def test_a_gaudi_flag_ends_the_command_in_one_line_without_a_traceback(tmp_path):
-    command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), "--use_habana", "--do_train"]
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=120, cwd=ROOT
-    )
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
+    line = refused(tmp_path, "--use_habana", "--do_train")
+    assert line.startswith("run_bridgetower.py: error: --use_habana needs a Gaudi")
+
+
+def test_optimum_habana_alone_is_no_gaudi(monkeypatch):
+    """Images without Habana's stack may still carry optimum-habana (whose import then fails)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "optimum.habana", types.ModuleType("optimum.habana"))
+    assert gaudi.habana_stack() is False and gaudi.gaudi_available() is False
+
+
+def test_a_value_outside_the_argument_schema_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SystemExit) as raised:
+        run_bridgetower.parse_args(
+            ["--output_dir", str(tmp_path), "--do_train", "--per_device_train_batch_size", "0"]
+        )
     assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith("run_bridgetower.py: error: --use_habana needs a Gaudi")
+        str(raised.value)
+        == "run_bridgetower.py: error: --per_device_train_batch_size: must be at least 1, got 0"
     )
-    assert not (tmp_path / "run" / "summary.json").exists()
 
 
-def test_on_gaudi_the_gaudi_trainer_arguments_are_the_ones_parsed(tmp_path, monkeypatch):
-    """With optimum-habana, GaudiTrainingArguments owns the Gaudi flags (parsed once, no duplicates)."""
+# ----------------------------------------------------------------------------------------------
+# The Gaudi config: shipped with the trainer, resolved to a local file before parsing
 
-    @dataclass
-    class GaudiTrainingArguments(TrainingArguments):
-        use_habana: bool = False
-        use_lazy_mode: bool = False
-        use_hpu_graphs_for_inference: bool = False
-        gaudi_config_name: str | None = None
-        throughput_warmup_steps: int = 0
-        distribution_strategy: str = "ddp"
 
-    fake = types.ModuleType("optimum.habana")
-    fake.GaudiTrainingArguments = GaudiTrainingArguments
-    monkeypatch.setitem(sys.modules, "optimum.habana", fake)
-    monkeypatch.setattr(run_bridgetower, "habana_available", lambda: True)
-    published = (
-        "--use_habana --use_lazy_mode --use_hpu_graphs_for_inference --gaudi_config_name Habana/clip "
-        "--throughput_warmup_steps 3 --mediapipe_dataloader --distribution_strategy fast_ddp --do_train"
-    ).split()
-    _, data_args, bench, training_args, gaudi = run_bridgetower.parse_args(
-        ["--output_dir", str(tmp_path), *published]
+def test_the_recipes_gaudi_config_is_the_trainers_own_file_with_habana_clips_switches():
+    resolved = gaudi.resolve_gaudi_config("gaudi_configs/clip.json")
+    shipped = ROOT / "reprokit_trainers" / "bridgetower" / "gaudi_configs" / "clip.json"
+    assert resolved.path == shipped.resolve()
+    assert resolved.settings == {
+        "use_fused_adam": True,
+        "use_fused_clip_norm": True,
+        "use_torch_autocast": True,
+    }
+    assert resolved.sha256 == hashlib.sha256(shipped.read_bytes()).hexdigest()
+    assert resolved.summary()["path"] == str(shipped.resolve())
+
+
+def test_the_gaudi_config_argument_is_handed_on_as_an_absolute_path(tmp_path):
+    argv = ["--do_train", "--gaudi_config_name", "gaudi_configs/clip.json", "--use_habana"]
+    rewritten, resolved = gaudi.resolve_gaudi_config_arg(argv)
+    assert rewritten == ["--do_train", "--gaudi_config_name", str(resolved.path), "--use_habana"]
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"use_fused_adam": false}')
+    rewritten, resolved = gaudi.resolve_gaudi_config_arg([f"--gaudi_config_name={mine}"])
+    assert rewritten == [f"--gaudi_config_name={mine.resolve()}"] and resolved.settings == {
+        "use_fused_adam": False
+    }
+    assert gaudi.resolve_gaudi_config_arg(["--do_train"]) == (["--do_train"], None)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "no such file"),
+        ("{not json", "is not valid JSON"),
+        ("[true]", "must hold a JSON object"),
+        ('{"use_fused_adam": "yes"}', "use_fused_adam must be true or false"),
+    ],
+)
+def test_a_gaudi_config_that_cannot_load_is_one_line_naming_it(tmp_path, content, expected):
+    path = tmp_path / "broken.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(gaudi.SetupError) as raised:
+        gaudi.resolve_gaudi_config(str(path))
+    message = str(raised.value)
+    assert message.startswith(f"--gaudi_config_name {path}: ") and expected in message and "\n" not in message
+
+
+def test_a_hub_gaudi_config_offline_and_not_cached_is_one_line(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(gaudi.SetupError) as raised:
+        gaudi.resolve_gaudi_config("Habana/clip", cache_dir=str(tmp_path))
+    assert str(raised.value).startswith("--gaudi_config_name Habana/clip: no local file of that name")
+    assert "not in the Hugging Face cache" in str(raised.value)
+
+
+@pytest.fixture
+def habana_stack_path(tmp_path):
+    """A Python path where `habana_frameworks.torch` imports (and nothing else of Habana's)."""
+    fake = tmp_path / "fake-habana"
+    (fake / "habana_frameworks" / "torch").mkdir(parents=True)
+    (fake / "habana_frameworks" / "__init__.py").write_text("")
+    (fake / "habana_frameworks" / "torch" / "__init__.py").write_text("")
+    return {"PYTHONPATH": f"{fake}{os.pathsep}{ROOT}"}
+
+
+@pytest.mark.parametrize(
+    ("name", "env", "expected"),
+    [
+        ("nope.json", {}, "--gaudi_config_name nope.json: no such file"),
+        ("Habana/clip", {}, "--gaudi_config_name Habana/clip: no local file of that name"),
+        # A config that loads gets as far as optimum-habana, which is not here.
+        ("gaudi_configs/clip.json", {}, "Habana's stack is here but optimum-habana does not import"),
+    ],
+)
+def test_where_habanas_stack_imports_the_gaudi_config_is_resolved_first_and_refused_in_one_line(
+    tmp_path, habana_stack_path, name, env, expected
+):
+    line = refused(tmp_path, "--do_train", "--gaudi_config_name", name, env={**habana_stack_path, **env})
+    assert line.startswith(f"run_bridgetower.py: error: {expected}")
+
+
+# ----------------------------------------------------------------------------------------------
+# mediapipe: the example's HPU loader, or one line saying why not
+
+
+def test_mediapipe_off_gaudi_is_one_line(tmp_path):
+    line = refused(tmp_path, "--do_train", "--random_init", "--synthetic_data", "--mediapipe_dataloader")
+    assert line.startswith(
+        "run_bridgetower.py: error: --mediapipe_dataloader decodes the JPEGs on Gaudi's HPUs"
     )
-    assert gaudi and isinstance(training_args, GaudiTrainingArguments)
-    assert (training_args.use_habana, training_args.throughput_warmup_steps) == (True, 3)
-    assert (bench.use_habana, bench.throughput_warmup_steps, bench.distribution_strategy) == (
-        True,
-        3,
-        "fast_ddp",
+
+
+def test_mediapipe_without_the_vendor_files_says_how_to_build_the_image(monkeypatch):
+    monkeypatch.setattr(gaudi, "_importable", lambda module: not module.startswith(("habana_data", "clip_")))
+    with pytest.raises(gaudi.SetupError) as raised:
+        gaudi.check_mediapipe(on_gaudi=True, image_pipeline="published")
+    message = str(raised.value)
+    assert "habana_dataloader_trainer.py, clip_mediapipe_dataloader.py, clip_media_pipe.py" in message
+    assert "`inv build --accelerator gaudi2`, not --without-vendor" in message
+
+
+def test_mediapipe_with_another_image_pipeline_is_refused(monkeypatch):
+    monkeypatch.setattr(gaudi, "_importable", lambda module: True)
+    gaudi.check_mediapipe(on_gaudi=True, image_pipeline="published")
+    with pytest.raises(
+        gaudi.SetupError, match="--image_pipeline kit does nothing with --mediapipe_dataloader"
+    ):
+        gaudi.check_mediapipe(on_gaudi=True, image_pipeline="kit")
+
+
+def test_mediapipe_reads_files_so_synthetic_rows_are_files_for_it_and_bytes_are_refused(tmp_path):
+    """The HPU pipeline reads the JPEG files the rows point at (the pinned revision's layout)."""
+    args = dict(synthetic_num_train=3, synthetic_num_eval=1, synthetic_unique_images=2)
+    as_bytes = run_bridgetower.synthetic_dataset(
+        run_bridgetower.DataTrainingArguments(**args), cache_dir=str(tmp_path / "a")
+    )["train"].cast_column("image", datasets.Image(decode=False))
+    with pytest.raises(gaudi.SetupError, match="a train row has no file path"):
+        gaudi.check_mediapipe_rows(as_bytes, "image", "train")
+
+    as_files = run_bridgetower.synthetic_dataset(
+        run_bridgetower.DataTrainingArguments(**args, mediapipe_dataloader=True),
+        cache_dir=str(tmp_path / "b"),
+    )["train"].cast_column("image", datasets.Image(decode=False))
+    gaudi.check_mediapipe_rows(as_files, "image", "train")
+    paths = {row["image"]["path"] for row in as_files}
+    assert len(paths) == 2 and all(Path(p).read_bytes()[:2] == b"\xff\xd8" for p in paths)
+    with pytest.raises(gaudi.SetupError, match="reads file paths from an `image_path` or `image` column"):
+        gaudi.check_mediapipe_rows(as_files.rename_column("image", "picture"), "picture", "train")
+
+
+def test_a_mediapipe_loader_that_falls_back_to_the_cpu_ends_the_run_with_its_reason(tmp_path, monkeypatch):
+    """The example's loader catches any failure of the HPU pipeline, logs it and builds a CPU loader;
+    the kit stops there instead, with the reason the loader gave."""
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    (vendor / "habana_dataloader_trainer.py").write_text(
+        "import logging\n"
+        "class Loader:\n"
+        "    fallback_activated = True\n"
+        "class HabanaDataloaderTrainer:\n"
+        "    def get_train_dataloader(self):\n"
+        "        logging.getLogger('clip_mediapipe_dataloader').warning(\n"
+        "            'Using Pytorch native dataloader because: no HPU media device.')\n"
+        "        return Loader()\n"
     )
-    assert bench.gaudi_config_name == "Habana/clip" and data_args.mediapipe_dataloader
+    monkeypatch.syspath_prepend(str(vendor))
+    monkeypatch.delitem(sys.modules, "habana_dataloader_trainer", raising=False)
+    trainer = gaudi.mediapipe_trainer()()
+    with pytest.raises(gaudi.SetupError) as raised:
+        trainer.get_train_dataloader()
+    assert "fell back to the CPU one (Using Pytorch native dataloader because: no HPU media device.)" in str(
+        raised.value
+    )
+    logging.getLogger("clip_mediapipe_dataloader").handlers.clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic cartoons of the real sizes
+
+
+def test_synthetic_cartoons_take_their_sizes_from_one_place_and_weigh_what_real_rows_do():
+    yaml = pytest.importorskip("yaml")
+    data = run_bridgetower.DataTrainingArguments()
+    assert data.synthetic_image_width == list(CARTOON_WIDTHS) == [800, 1680]
+    assert data.synthetic_image_height == list(CARTOON_HEIGHTS)
+    recipe = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+    assert not {"image_width", "image_height"} & set(recipe["dataset"]["synthetic"])
+    # About 56 KB a row: 548 MB of parquet shards for 9,792 train rows.
+    rng = np.random.default_rng(0)
+    sizes = [
+        len(cartoon_jpeg_bytes(w, h, rng)) for w, h in sample_sizes(48, rng, CARTOON_WIDTHS, CARTOON_HEIGHTS)
+    ]
+    assert 50_000 < sum(sizes) / len(sizes) < 62_000
 
 
 @pytest.mark.slow

@@ -1,26 +1,34 @@
 """Image preprocessing for BridgeTower-style pipelines: the published path and faster equivalents.
 
 The published script (optimum-habana run_bridgetower.py) converts the whole decoded image to a
-float tensor, resizes it (bicubic, antialiased) so the shortest edge is `image_size`, then
-center-crops and normalizes. Most of that work is thrown away by the crop. The kit's paths decode
-with libjpeg-turbo through simplejpeg (no PIL image objects), touch only the source region that
-survives the center crop, stay in uint8 until the small crop is normalized, and:
+float tensor, resizes it with a bicubic filter so the shortest edge is `image_size`, then
+center-crops and normalizes. The torchvision it ran on (0.14-0.16, 2023) did not antialias tensors:
+``Resize`` without an ``antialias`` argument meant False for a tensor (0.15 and 0.16 warned that the
+default would change in 0.17, and it did). So the published filter is a plain 4-tap bicubic
+(a = -0.75) sampled at the output pixels, which aliases when it shrinks; ``published_transform``
+asks for exactly that, whatever torchvision is installed.
 
-- ``kit`` (exact): decode at full size, Pillow's antialiased bicubic over the crop box (``box=``);
-- ``kit-draft`` (fast): decode at 1/2, 1/4 or 1/8 size in the DCT where the resize allows it
-  (never below the crop size), then OpenCV's area resampling (SIMD) to the crop size. Area and
-  antialiased bicubic low-pass slightly differently: a few 8-bit levels on average.
+The kit's paths compute the same resample on uint8 pixels with OpenCV (whose ``INTER_CUBIC`` is that
+filter, with the same half-pixel mapping, and does not antialias either), decode with libjpeg-turbo
+through simplejpeg (no PIL image objects), and stay in uint8 until the crop is normalized:
 
+- ``kit`` (exact): full-precision decode; equal to the published output but for uint8 rounding
+  and clamping (mean difference about 1/4 of an 8-bit level);
+- ``kit-draft`` (fast): libjpeg-turbo's fast integer IDCT and fast chroma upsampling, then the same
+  resample: a few 8-bit levels off on noisy photos, a fraction of one on line drawings.
+
+A reduced-size decode in the DCT (the old draft path) low-passes before the resample, which the
+published path never did: it would not give the published output, so the kit no longer uses it.
 Outputs match the published path to a stated tolerance (tests/test_fastimage.py; `make bench`
 prints the measured differences). Anything simplejpeg cannot decode (PNG, CMYK JPEG, a PIL image)
-takes the same steps through Pillow. ``decode_batch_on_device`` is the CUDA counterpart of Gaudi's
-mediapipe: the loader ships JPEG bytes, the GPU decodes (nvJPEG) and resizes.
+is decoded by Pillow and resampled the same way. ``decode_batch_on_device`` is the CUDA counterpart
+of Gaudi's mediapipe: the loader ships JPEG bytes, the GPU decodes (nvJPEG) and resizes.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -36,13 +44,17 @@ def _open_rgb(data: bytes | Image.Image) -> Image.Image:
     return image
 
 
-def published_transform(image_size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD):
-    """The published script's CPU path: PIL decode -> to_tensor -> Resize(bicubic) -> CenterCrop -> Normalize."""
+def published_transform(
+    image_size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD
+) -> Callable[[bytes | Image.Image], torch.Tensor]:
+    """The published script's CPU path as it ran: PIL decode -> to_tensor -> Resize (bicubic, not
+    antialiased, on a float tensor: no clamping either) -> CenterCrop -> Normalize."""
     from torchvision.transforms import CenterCrop, ConvertImageDtype, InterpolationMode, Normalize, Resize
     from torchvision.transforms.functional import to_tensor
 
     pipeline = torch.nn.Sequential(
-        Resize([image_size], interpolation=InterpolationMode.BICUBIC, antialias=True),
+        # torchvision 0.14-0.16's default for tensors; said explicitly, since 0.17 turned it on.
+        Resize([image_size], interpolation=InterpolationMode.BICUBIC, antialias=False),
         CenterCrop(image_size),
         ConvertImageDtype(torch.float),
         Normalize(mean, std),
@@ -56,21 +68,14 @@ def published_transform(image_size: int, mean: Sequence[float] = CLIP_MEAN, std:
     return transform
 
 
-def _center_box(width: int, height: int, image_size: int) -> tuple[float, float, float, float]:
-    """The source rectangle that the published resize-then-center-crop keeps, in source pixels."""
-    # torchvision's Resize([size]) sets the short edge and truncates the long one.
+def resized_geometry(width: int, height: int, image_size: int) -> tuple[int, int, int, int]:
+    """(resized width, resized height, crop left, crop top) of the published resize-then-center-crop."""
+    # torchvision's Resize([size]) sets the short edge and truncates the long one; CenterCrop rounds.
     if width <= height:
         new_w, new_h = image_size, int(image_size * height / width)
     else:
         new_w, new_h = int(image_size * width / height), image_size
-    left = int(round((new_w - image_size) / 2.0))
-    top = int(round((new_h - image_size) / 2.0))
-    sx, sy = width / new_w, height / new_h
-    return (left * sx, top * sy, (left + image_size) * sx, (top + image_size) * sy)
-
-
-def _scaled_box(box: tuple[float, float, float, float], fx: float, fy: float) -> tuple[float, ...]:
-    return (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
+    return new_w, new_h, int(round((new_w - image_size) / 2.0)), int(round((new_h - image_size) / 2.0))
 
 
 class FastImageTransform:
@@ -95,42 +100,25 @@ class FastImageTransform:
         self.scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(3, 1, 1)
         self.shift = torch.tensor([-m / s for m, s in zip(mean, std, strict=True)]).view(3, 1, 1)
 
-    def _decode(self, data: bytes | Image.Image) -> tuple[np.ndarray | Image.Image, int, int]:
-        """(pixels, full width, full height); a numpy HxWx3 array where simplejpeg can decode it."""
+    def _decode(self, data: bytes | Image.Image) -> np.ndarray:
+        """HxWx3 uint8 RGB pixels at full size."""
         if isinstance(data, bytes | bytearray | memoryview) and bytes(data[:2]) == b"\xff\xd8":
             try:
-                height, width = self.simplejpeg.decode_jpeg_header(data)[:2]
-                sizes = {}
-                factor = min(width, height) / self.image_size
-                if self.draft and factor >= 2:
-                    # The largest power-of-two reduction that keeps the crop at full resolution.
-                    shrink = 2 ** min(3, int(np.log2(factor)))
-                    sizes = {"min_width": -(-width // shrink), "min_height": -(-height // shrink)}
-                return self.simplejpeg.decode_jpeg(data, colorspace="RGB", **sizes), width, height
+                return self.simplejpeg.decode_jpeg(
+                    data, colorspace="RGB", fastdct=self.draft, fastupsample=self.draft
+                )
             except ValueError:  # CMYK and other JPEGs libjpeg-turbo's RGB output does not cover
                 pass
-        image = _open_rgb(data)
-        width, height = image.size
-        if self.draft and image.format == "JPEG" and min(width, height) / self.image_size >= 2:
-            factor = min(width, height) / self.image_size
-            image.draft("RGB", (int(width / factor) + 1, int(height / factor) + 1))
-        return image.convert("RGB"), width, height
+        return np.asarray(_open_rgb(data).convert("RGB"))
 
     def __call__(self, data: bytes | Image.Image) -> torch.Tensor:
-        pixels, width, height = self._decode(data)
-        decoded_w, decoded_h = pixels.size if isinstance(pixels, Image.Image) else pixels.shape[1::-1]
-        # The crop box is in full-resolution pixels; a reduced decode shrank the image by an exact factor.
-        box = _scaled_box(_center_box(width, height, self.image_size), decoded_w / width, decoded_h / height)
-        size = (self.image_size, self.image_size)
-        if self.draft:
-            array = np.asarray(pixels)
-            left, top = int(box[0]), int(box[1])
-            right, bottom = int(np.ceil(box[2])), int(np.ceil(box[3]))
-            array = self.cv2.resize(array[top:bottom, left:right], size, interpolation=self.cv2.INTER_AREA)
-        else:
-            image = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-            array = np.array(image.resize(size, Image.Resampling.BICUBIC, box=box))  # writable, for torch
-        chw = torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1)
+        pixels = self._decode(data)
+        height, width = pixels.shape[:2]
+        new_w, new_h, left, top = resized_geometry(width, height, self.image_size)
+        # The whole resized image, then the crop: OpenCV maps the pixels exactly as torch does.
+        resized = self.cv2.resize(pixels, (new_w, new_h), interpolation=self.cv2.INTER_CUBIC)
+        crop = resized[top : top + self.image_size, left : left + self.image_size]
+        chw = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1)
         return torch.addcmul(self.shift, chw, self.scale)
 
 

@@ -5,15 +5,17 @@ The published run is optimum-habana's ``examples/contrastive-image-text/run_brid
 tokens, images decoded and resized in the dataset's on-the-fly transform (so in the loader
 workers), and the Trainer's loop. This script keeps that pipeline and adds what a rerun needs:
 
-- it runs anywhere: ``GaudiTrainer`` when optimum-habana is importable and ``--use_habana`` is
-  given, transformers' ``Trainer`` otherwise (GPUs and CPUs, ``torchrun`` for several devices);
+- it runs anywhere: ``GaudiTrainer`` on a Gaudi (Habana's PyTorch bridge and an HPU) with
+  ``--use_habana``, transformers' ``Trainer`` otherwise (GPUs and CPUs, ``torchrun`` for several
+  devices); ``--mediapipe_dataloader`` runs the example's own HPU loader, or stops in one line;
 - it runs offline: the model is built from ``--model_config_json`` with random weights when the
   hub cannot be reached (or with ``--random_init``), and the data is synthesized with the real
   data's shapes (``--synthetic_data``): JPEG bytes of the cartoons' sizes and captions of the
-  descriptions' lengths, stored and preprocessed exactly as the real rows are;
+  descriptions' lengths, stored and preprocessed exactly as the real rows are; each of these is a
+  departure the summary records (the host then judges the run not comparable);
 - it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
-  last, summary.json with samples/s after ``--throughput_warmup_steps`` (Gaudi's definition) and
-  the Trainer's own ``train_samples_per_second`` (the whole run: what the GPU numbers used).
+  last, summary.json with samples/s under each definition the publications used (throughput.py)
+  and the switches that were in effect.
 
 Departures from the published script, none of which touches the timed training steps: evaluation
 skips gathering every layer's hidden states (``IGNORE_AT_INFERENCE``); the fine-tuned model is saved
@@ -31,7 +33,7 @@ live (``model.bridgetower.*``); and ``--image_pipeline`` offers the kit's faster
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import hashlib
 import io
 import json
 import logging
@@ -58,9 +60,16 @@ from transformers.trainer_utils import get_last_checkpoint
 from reprokit_trainers.common import flops
 from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
 from reprokit_trainers.common.rundir import RunDir
-from reprokit_trainers.common.steps import hf_throughput_callback
-from reprokit_trainers.common.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
+from reprokit_trainers.common.synthetic import (
+    CARTOON_HEIGHTS,
+    CARTOON_WIDTHS,
+    VOCABULARY,
+    caption,
+    cartoon_jpeg_bytes,
+    sample_sizes,
+)
 
+from . import gaudi
 from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
@@ -68,6 +77,8 @@ from .fastimage import (
     decode_batch_on_device,
     published_transform,
 )
+from .gaudi import SetupError
+from .throughput import StepSamples, definitions, throughput_callback
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -75,6 +86,7 @@ if typing.TYPE_CHECKING:
 logger = logging.getLogger("run_bridgetower")
 
 PROG = "run_bridgetower.py"
+TRAINER_DIR = Path(__file__).resolve().parent
 # The class defaults of BridgeTowerConfig define no logit scale at all (the model then fails on
 # first use), and the checkpoint's is CLIP's log(1/0.07): every offline build gets it unless told.
 LOGIT_SCALE_INIT = 2.6592
@@ -137,12 +149,15 @@ class DataTrainingArguments:
     mediapipe_dataloader: bool = field(
         default=False,
         metadata={
-            "help": "Gaudi: decode and resize JPEGs on the HPU; elsewhere the CPU loader, with a warning"
+            "help": "Gaudi only: decode and resize the dataset's JPEG files on the HPU (optimum-habana's "
+            "HabanaDataloaderTrainer, from the gaudi2 image's vendor files); anything else is a one-line error"
         },
     )
     synthetic_data: bool = field(
         default=False,
-        metadata={"help": "synthesize the data (no hub); also the fallback when it is unreachable"},
+        metadata={
+            "help": "synthesize the data (no hub); also the fallback when it is unreachable (a departure either way)"
+        },
     )
     synthetic_num_train: int = field(default=9792, metadata={"help": "synthetic train rows"})
     synthetic_num_eval: int = field(default=531, metadata={"help": "synthetic validation rows"})
@@ -150,10 +165,16 @@ class DataTrainingArguments:
         default=None, metadata={"help": "synthetic test rows (default: as eval)"}
     )
     synthetic_image_width: list[int] = field(
-        default_factory=lambda: [500, 900], metadata={"help": "MIN MAX width of the synthetic JPEGs"}
+        default_factory=lambda: list(CARTOON_WIDTHS),
+        metadata={
+            "help": "MIN MAX width of the synthetic JPEGs (default: the cartoons', common/synthetic.py)"
+        },
     )
     synthetic_image_height: list[int] = field(
-        default_factory=lambda: [400, 800], metadata={"help": "MIN MAX height of the synthetic JPEGs"}
+        default_factory=lambda: list(CARTOON_HEIGHTS),
+        metadata={
+            "help": "MIN MAX height of the synthetic JPEGs (default: an assumed range, common/synthetic.py)"
+        },
     )
     synthetic_caption_words: list[int] = field(
         default_factory=lambda: [10, 40], metadata={"help": "MIN MAX words per synthetic caption"}
@@ -199,20 +220,26 @@ class BenchmarkArguments(MfuArguments):
     use_hpu_graphs_for_inference: bool = field(
         default=False, metadata={"help": "Gaudi only: HPU graphs in eval"}
     )
-    gaudi_config_name: str | None = field(default=None, metadata={"help": "Gaudi only: e.g. Habana/clip"})
+    gaudi_config_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Gaudi only: the Gaudi config, a path relative to this trainer's folder (gaudi_configs/clip.json: "
+            "Habana/clip's switches) or the working directory, an absolute path, or a hub id"
+        },
+    )
     distribution_strategy: str = field(
-        default="ddp", metadata={"help": "ddp, or fast_ddp (Gaudi only: one all-reduce through HPU graphs)"}
+        default="ddp",
+        metadata={
+            "help": "ddp, or fast_ddp (Gaudi only: one all-reduce through HPU graphs)",
+            "choices": ["ddp", "fast_ddp"],
+        },
     )
 
 
+# The argument dataclasses, in parsing order. On a Gaudi, optimum-habana's GaudiTrainingArguments
+# takes TrainingArguments' place and owns the Gaudi flags (parse_args).
+ARGUMENTS = (ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments)
 GAUDI_ONLY_FLAGS = ("use_habana", "use_lazy_mode", "use_hpu_graphs_for_inference", "gaudi_config_name")
-
-
-def habana_available() -> bool:
-    try:
-        return importlib.util.find_spec("optimum.habana") is not None
-    except ModuleNotFoundError:  # no optimum at all
-        return False
 
 
 def benchmark_arguments_class(training_class: type) -> type:
@@ -225,22 +252,39 @@ def benchmark_arguments_class(training_class: type) -> type:
     return dataclasses.make_dataclass("BenchmarkArguments", kept)
 
 
+@dataclass(frozen=True)
+class Platform:
+    """Where the run goes: on a Gaudi's HPUs (GaudiTrainer) or not, and the Gaudi config it loads."""
+
+    on_gaudi: bool
+    gaudi_config: gaudi.GaudiConfigFile | None = None
+
+
 def parse_args(
     argv: Sequence[str] | None = None,
-) -> tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, bool]:
+) -> tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, Platform]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
-    gaudi = habana_available()
-    if gaudi:
-        from optimum.habana import GaudiTrainingArguments
-
-        training_class: type = GaudiTrainingArguments
-    else:
-        training_class = TrainingArguments
-    # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_class, data_class, bench_class, training_class = ARGUMENTS
+    gaudi_config = None
+    stack = gaudi.habana_stack()
+    if stack:
+        # GaudiTrainingArguments loads the Gaudi config while it parses: give it the resolved local file.
+        with one_line_errors(PROG, SetupError):
+            argv, gaudi_config = gaudi.resolve_gaudi_config_arg(argv, TRAINER_DIR)
+        try:
+            from optimum.habana import GaudiTrainingArguments
+        except Exception as error:  # noqa: BLE001 -- a broken install fails in many ways; one line names it
+            raise config_error(
+                PROG,
+                f"Habana's stack is here but optimum-habana does not import ({type(error).__name__}: {error})",
+            ) from None
+        training_class = GaudiTrainingArguments
+        bench_class = benchmark_arguments_class(training_class)
+    # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too, and so
+    # does a value outside arguments.json (the rules the host checks the recipe with).
     model_args, data_args, parsed_bench, training_args = parse_command_line(
-        PROG,
-        (ModelArguments, DataTrainingArguments, benchmark_arguments_class(training_class), training_class),
-        argv,
+        PROG, (model_class, data_class, bench_class, training_class), argv, trainer_dir=TRAINER_DIR
     )
     # One view of the benchmark settings, wherever each was parsed (its own checks run here too).
     with one_line_errors(PROG, ValueError):
@@ -252,38 +296,55 @@ def parse_args(
                 for f in dataclasses.fields(BenchmarkArguments)
             }
         )
-    check_accelerator_flags(bench, training_args, gaudi)
+    # After parsing: the HPU check imports Habana's bridge, which must come after the Gaudi config.
+    gaudi_machine = stack and gaudi.hpu_available()
+    check_accelerator_flags(bench, training_args, gaudi_machine)
+    on_gaudi = gaudi_machine and bench.use_habana
+    if data_args.mediapipe_dataloader:
+        with one_line_errors(PROG, SetupError):
+            gaudi.check_mediapipe(on_gaudi, bench.image_pipeline)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")
+    if training_args.max_steps == 0:  # the schema cannot say "-1 or at least 1"
+        raise config_error(
+            PROG, "--max_steps 0 trains nothing: give a step count, or -1 for --num_train_epochs"
+        )
     for name in ("synthetic_image_width", "synthetic_image_height", "synthetic_caption_words"):
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
             raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
-    return model_args, data_args, bench, training_args, gaudi
+    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None)
 
 
-def check_accelerator_flags(bench: BenchmarkArguments, training_args: TrainingArguments, gaudi: bool) -> None:
-    if not gaudi:
+def check_accelerator_flags(
+    bench: BenchmarkArguments, training_args: TrainingArguments, gaudi_machine: bool
+) -> None:
+    if not gaudi_machine:
         for name in GAUDI_ONLY_FLAGS:
             if getattr(bench, name):
                 raise config_error(
                     PROG,
-                    f"--{name} needs a Gaudi machine with optimum-habana, which is not "
-                    "installed here; drop the flag or run the gaudi2 accelerator's image",
+                    f"--{name} needs a Gaudi (Habana's PyTorch bridge and an HPU), which this machine is "
+                    "not; drop the flag or run the gaudi2 accelerator's image on a Gaudi",
                 )
     if bench.distribution_strategy not in ("ddp", "fast_ddp"):
         raise config_error(
             PROG, f"--distribution_strategy is ddp or fast_ddp, got {bench.distribution_strategy!r}"
         )
     if bench.distribution_strategy == "fast_ddp":
-        if not gaudi or not bench.use_habana:
+        if not gaudi_machine or not bench.use_habana:
             raise config_error(
-                PROG, "--distribution_strategy fast_ddp is Gaudi only (--use_habana with optimum-habana)"
+                PROG, "--distribution_strategy fast_ddp is Gaudi only (--use_habana on a Gaudi)"
             )
         if not hasattr(training_args, "distribution_strategy"):
             raise config_error(
                 PROG, "this optimum-habana has no fast_ddp (it was removed later); pin a release that has it"
             )
+    if gaudi_machine and bench.use_habana and not bench.gaudi_config_name:
+        raise config_error(
+            PROG,
+            "--use_habana needs --gaudi_config_name (the recipe's gaudi_configs/clip.json: Habana/clip's switches)",
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -423,21 +484,33 @@ def synthetic_rows(
     seed: int,
     image_column: str,
     caption_column: str,
+    image_dir: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Rows shaped like the New Yorker set's: a JPEG (as datasets stores images) and a description."""
+    """Rows shaped like the New Yorker set's: a JPEG (as datasets stores images) and a description.
+
+    With ``image_dir`` the JPEGs are files there and the rows hold their paths, as the pinned
+    revision's loading script stores the cartoons (one file per cartoon): what mediapipe reads."""
     rng = np.random.default_rng(seed)
     sizes = sample_sizes(max(1, min(unique_images, num_rows)), rng, widths, heights)
-    cartoons = [cartoon_jpeg_bytes(w, h, rng) for w, h in sizes]
+    cartoons: list[dict[str, Any]] = [
+        {"bytes": cartoon_jpeg_bytes(w, h, rng), "path": None} for w, h in sizes
+    ]
+    if image_dir is not None:
+        Path(image_dir).mkdir(parents=True, exist_ok=True)
+        for i, cartoon in enumerate(cartoons):
+            path = Path(image_dir) / f"{i}.jpeg"
+            path.write_bytes(cartoon["bytes"])
+            cartoons[i] = {"bytes": None, "path": str(path)}
     for i in range(num_rows):
         length = int(rng.integers(words[0], words[-1] + 1))
-        yield {
-            image_column: {"bytes": cartoons[i % len(cartoons)], "path": None},
-            caption_column: caption(rng, length, VOCABULARY),
-        }
+        yield {image_column: cartoons[i % len(cartoons)], caption_column: caption(rng, length, VOCABULARY)}
 
 
 def synthetic_dataset(data_args: DataTrainingArguments, cache_dir: str | None) -> datasets.DatasetDict:
-    """train / validation / test, written once to the datasets cache and memory-mapped by every rank."""
+    """train / validation / test, written once to the datasets cache and memory-mapped by every rank.
+
+    For --mediapipe_dataloader the cartoons are JPEG files beside that cache (the HPU pipeline reads
+    files), otherwise bytes in the rows."""
     import datasets
 
     features = datasets.Features(
@@ -462,6 +535,11 @@ def synthetic_dataset(data_args: DataTrainingArguments, cache_dir: str | None) -
             "image_column": data_args.image_column,
             "caption_column": data_args.caption_column,
         }
+        if data_args.mediapipe_dataloader:
+            # Keyed by the draw, so a cached dataset's rows and their files always belong together.
+            key = hashlib.sha256(json.dumps(gen_kwargs, sort_keys=True).encode()).hexdigest()[:16]
+            root = Path(cache_dir or datasets.config.HF_DATASETS_CACHE)
+            gen_kwargs["image_dir"] = str(root / "reprokit_synthetic_cartoons" / key)
         splits[split] = datasets.Dataset.from_generator(
             synthetic_rows, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir, split=split
         )
@@ -574,8 +652,8 @@ def prepare_split(
 ) -> Any:
     """Tokenize once (cached), then attach the image transform that runs per batch in the workers.
 
-    With mediapipe the HPU pipeline reads the raw rows; the transform is only handed over, for the
-    loader to fall back on (the attributes are the ones the published example's loader reads).
+    With mediapipe the HPU pipeline reads the raw rows and the attributes the published example's
+    loader reads; the transform is only handed over, as its CPU fallback expects (which the kit refuses).
     """
     if max_samples is not None:
         dataset = dataset.select(range(min(len(dataset), max_samples)))
@@ -614,12 +692,20 @@ def prepare_split(
 # Trainer
 
 
-def trainer_class(base: type, device_decode: bool, image_size: int) -> type:
-    """``base``, or a subclass that decodes the batch's JPEG bytes on the device before the forward."""
-    if not device_decode:
-        return base
+def trainer_class(base: type, samples: StepSamples, device_decode: bool, image_size: int) -> type:
+    """``base``, counting the rows of every micro-batch it trains on (the meter's samples), and with
+    ``device_decode`` decoding the batch's JPEG bytes on the device before the forward."""
 
-    class DeviceDecodeTrainer(base):
+    class CountingTrainer(base):
+        def training_step(self, model, inputs, *args, **kwargs):
+            # A shape, read on the host: no device sync.
+            samples.add(int(inputs["input_ids"].shape[0]))
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    if not device_decode:
+        return CountingTrainer
+
+    class DeviceDecodeTrainer(CountingTrainer):
         def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
             jpegs = inputs.pop("jpeg_bytes", None)
             inputs = super()._prepare_inputs(inputs)
@@ -632,39 +718,14 @@ def trainer_class(base: type, device_decode: bool, image_size: int) -> type:
     return DeviceDecodeTrainer
 
 
-def gaudi_setup(bench: BenchmarkArguments, model_args: ModelArguments) -> tuple[type, dict[str, Any]]:
-    from optimum.habana import GaudiConfig, GaudiTrainer
+def gaudi_setup(platform: Platform, mediapipe: bool) -> tuple[type, dict[str, Any]]:
+    """GaudiTrainer (HabanaDataloaderTrainer with mediapipe) and its Gaudi config, loaded from the
+    file parse_args resolved."""
+    from optimum.habana import GaudiTrainer
 
-    try:
-        gaudi_config = GaudiConfig.from_pretrained(
-            bench.gaudi_config_name, cache_dir=model_args.cache_dir, token=model_args.token
-        )
-    except (OSError, ValueError) as error:
-        # Habana/clip holds three switches (SOURCES.md §4); offline, set them here.
-        logger.warning(
-            "Gaudi config %s not loaded (%s): fused Adam, fused clip-norm, bf16 autocast",
-            bench.gaudi_config_name,
-            _first_line(error),
-        )
-        gaudi_config = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
-    return GaudiTrainer, {"gaudi_config": gaudi_config}
-
-
-def mediapipe_trainer(data_args: DataTrainingArguments, on_gaudi: bool) -> type | None:
-    """The published example's HPU-decoding trainer, or None (the CPU loader) with the reason logged."""
-    if not data_args.mediapipe_dataloader:
-        return None
-    if not on_gaudi:
-        logger.warning(
-            "--mediapipe_dataloader needs Gaudi: falling back to the CPU loader, as the published script does"
-        )
-        return None
-    try:  # it lives beside the published script (examples/contrastive-image-text), not in the package
-        from habana_dataloader_trainer import HabanaDataloaderTrainer
-    except ImportError as error:
-        logger.warning("--mediapipe_dataloader: %s; falling back to the CPU loader", _first_line(error))
-        return None
-    return HabanaDataloaderTrainer
+    assert platform.gaudi_config is not None  # check_accelerator_flags: --use_habana needs one
+    base = gaudi.mediapipe_trainer() if mediapipe else GaudiTrainer
+    return base, {"gaudi_config": gaudi.load_gaudi_config(platform.gaudi_config)}
 
 
 def _first_line(error: BaseException) -> str:
@@ -703,7 +764,7 @@ def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_
         training_args.report_to = ["tensorboard"]
     if training_args.remove_unused_columns:
         # The Trainer would drop the image column the on-the-fly transform reads (published: =False).
-        logger.info("remove_unused_columns set to False: the image transform needs the image column")
+        run_dir.depart("remove_unused_columns forced off (the image transform reads the image column)")
         training_args.remove_unused_columns = False
 
 
@@ -752,10 +813,12 @@ def load_splits(
                 f"no column {column!r} in the dataset; it has {', '.join(dataset[first_split].column_names)}",
             )
 
-    if bench.image_pipeline != "published" or mediapipe:
+    if bench.image_pipeline != "published" or (
+        mediapipe and "image_path" not in dataset[first_split].column_names
+    ):
         import datasets
 
-        # These paths decode the JPEGs themselves: draft decoding and the HPU need the bytes, not an image.
+        # These paths decode the JPEGs themselves: the kit's paths need the bytes, the HPU the file paths.
         dataset = dataset.cast_column(data_args.image_column, datasets.Image(decode=False))
     transform = ImageTransform(data_args.image_column, image_pipeline(bench.image_pipeline, image_size))
     splits: dict[str, Any] = {}
@@ -769,6 +832,10 @@ def load_splits(
                 splits[split] = prepare_split(
                     dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
                 )
+    if mediapipe:
+        with one_line_errors(PROG, SetupError):
+            for split, rows in splits.items():
+                gaudi.check_mediapipe_rows(rows, data_args.image_column, split)
     return splits, data_source, data_fallback
 
 
@@ -807,11 +874,42 @@ def train_and_evaluate(
     return train_metrics, eval_metrics, test_metrics
 
 
+def record_departures(
+    run_dir: RunDir,
+    data_args: DataTrainingArguments,
+    model_source: str,
+    model_fallback: str | None,
+    tokenizer_source: str,
+    data_source: str,
+) -> None:
+    """What this run uses other than the publication's checkpoint, tokenizer and data."""
+    if model_source == "random":
+        run_dir.depart("random weights")
+        if model_fallback != "--random_init":
+            run_dir.depart("model fallback: the checkpoint could not be loaded (model_fallback_reason)")
+    if tokenizer_source != "hub":
+        run_dir.depart("offline tokenizer")
+    if data_source == "synthetic":
+        run_dir.depart("synthetic data")
+        if not data_args.synthetic_data and data_args.dataset_name:
+            run_dir.depart(
+                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)"
+            )
+
+
+def distribution_in_effect(bench: BenchmarkArguments, training_args: TrainingArguments) -> str:
+    """How gradients were reduced: one process reduces nothing, whatever was asked."""
+    if training_args.world_size <= 1:
+        return "none (one process)"
+    return getattr(training_args, "distribution_strategy", None) or bench.distribution_strategy
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     argv = list(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, bench, training_args, gaudi = parse_args(argv)
-    on_gaudi = gaudi and bench.use_habana
+    model_args, data_args, bench, training_args, platform = parse_args(argv)
+    on_gaudi = platform.on_gaudi
+    mediapipe = data_args.mediapipe_dataloader  # parse_args has checked it can run
     setup_logging(training_args)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
@@ -834,23 +932,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     )
 
     # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
-    mediapipe = mediapipe_trainer(data_args, on_gaudi)
     splits, data_source, data_fallback = load_splits(
-        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe is not None
+        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe
     )
+    record_departures(run_dir, data_args, model_source, model_fallback, tokenizer_source, data_source)
 
-    # 6. Build the trainer: Gaudi's or transformers', with the kit's throughput callback
+    # 6. Build the trainer: Gaudi's or transformers', counting the rows it trains on for the meter
     if on_gaudi:
-        base, extra = gaudi_setup(bench, model_args)
+        with one_line_errors(PROG, SetupError):
+            base, extra = gaudi_setup(platform, mediapipe)
     else:
         base, extra = Trainer, {}
-    base = mediapipe or base
+    trainer_name = "GaudiTrainer" if on_gaudi else "Trainer"
     world_size = training_args.world_size
     global_batch = (
         training_args.per_device_train_batch_size * world_size * training_args.gradient_accumulation_steps
     )
-    throughput = hf_throughput_callback(run_dir, bench.throughput_warmup_steps, global_batch)
-    trainer = trainer_class(base, bench.image_pipeline == "gpu_decode", image_size)(
+    samples = StepSamples(world_size)
+    throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples)
+    trainer = trainer_class(base, samples, bench.image_pipeline == "gpu_decode", image_size)(
         model=model,
         args=training_args,
         train_dataset=splits.get("train"),
@@ -859,9 +959,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         callbacks=[throughput],
         **extra,
     )
+    # What was in effect, beside what was asked (the host compares the two).
+    switches = {
+        "mediapipe": mediapipe,
+        "loader": "mediapipe" if mediapipe else "torch",
+        "image_pipeline": "mediapipe" if mediapipe else bench.image_pipeline,
+        # The example's HPU loader starts no torch workers: the flag only sizes a CPU fallback it never takes.
+        "dataloader_num_workers": 0 if mediapipe else training_args.dataloader_num_workers,
+        "distribution_strategy": distribution_in_effect(bench, training_args),
+        "torch_compile": bool(training_args.torch_compile),
+    }
     logger.info(
-        "%s (%s, %.1fM parameters, %.1fM trained), data %s, tokenizer %s, batch %d x %d x %d = %d, "
-        "workers %d, image pipeline %s, bf16 %s, %s",
+        "%s (%s, %.1fM parameters, %.1fM trained), data %s, tokenizer %s, batch %d x %d x %d = %d, %s",
         model_args.model_name_or_path,
         model_source,
         model_parameters / 1e6,
@@ -872,23 +981,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         world_size,
         training_args.gradient_accumulation_steps,
         global_batch,
-        training_args.dataloader_num_workers,
-        bench.image_pipeline,
-        training_args.bf16,
-        "GaudiTrainer" if on_gaudi else "Trainer",
+        trainer_name,
     )
+    logger.info("in effect: %s", ", ".join(f"{k} {v}" for k, v in switches.items()))
 
-    # 7. Train, evaluate and predict, as asked
-    train_metrics, eval_metrics, test_metrics = train_and_evaluate(
-        trainer, splits, training_args, bench, tokenizer
-    )
+    # 7. Train, evaluate and predict, as asked (mediapipe's loader may refuse here, in one line)
+    with one_line_errors(PROG, SetupError):
+        train_metrics, eval_metrics, test_metrics = train_and_evaluate(
+            trainer, splits, training_args, bench, tokenizer
+        )
 
     # 8. Write the summary, last
+    figures = definitions(
+        throughput.meter,
+        trainer_name,
+        train_metrics,
+        num_examples=len(splits["train"]) if "train" in splits else 0,
+        num_train_epochs=training_args.num_train_epochs,
+        max_steps=training_args.max_steps,
+        global_batch=global_batch,
+    )
     return run_dir.write_summary(
         throughput.meter,
         status="ok",
-        # The Trainer's own figure: the whole run on transformers (what the GPU numbers were published
-        # with), after its warm-up steps on Gaudi.
+        throughput=figures,
+        # The Trainer's own figure as it reported it: the whole run on transformers, after its warm-up
+        # steps on Gaudi (throughput.whole_run / .gaudi_trainer say which, and how it was counted).
         train_samples_per_second=train_metrics.get("train_samples_per_second"),
         trainer_metrics=train_metrics,
         eval_metrics=eval_metrics,
@@ -905,17 +1023,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         data_fallback_reason=data_fallback,
         dataset=data_args.dataset_name,
         dataset_revision=data_args.dataset_revision if data_source == "hub" else None,
-        trainer="GaudiTrainer" if on_gaudi else "Trainer",
+        trainer=trainer_name,
+        gaudi_config=platform.gaudi_config.summary() if platform.gaudi_config else None,
         per_device_train_batch_size=training_args.per_device_train_batch_size,
         gradient_accumulation_steps=training_args.gradient_accumulation_steps,
         global_batch_size=global_batch,
-        dataloader_num_workers=training_args.dataloader_num_workers,
-        image_pipeline=bench.image_pipeline,
-        mediapipe=mediapipe is not None,
-        distribution_strategy=bench.distribution_strategy,
         bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
+        **switches,
         **flops.summary_fields(
             sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
         ),

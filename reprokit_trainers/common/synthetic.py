@@ -14,6 +14,24 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image
 
+# The New Yorker caption-contest cartoons (jmhessel/newyorker_caption_contest, BridgeTower's data),
+# the one place the kit states their sizes: the BridgeTower trainer's synthetic defaults and
+# `make bench` (benchmarks/run.py) read these, and the recipe sets no sizes of its own.
+# Widths: 800-1,680 px, the range the Hugging Face dataset viewer reports for a public derived set
+# of the same cartoons (newyccku/nycc-thinking, "imagewidth (px) 800 - 1.68k"; no such range was
+# found for jmhessel's own viewer).
+CARTOON_WIDTHS = (800, 1680)
+# Heights: an ASSUMPTION, not a measurement (no source found gives them): the width range over
+# 5:4, a typical aspect of single-panel cartoons; drawn independently of the width, so the
+# aspects span about 0.6 to 2.6 around 1.25.
+CARTOON_HEIGHTS = (640, 1344)
+# Bytes: the `matching` train split's parquet shards hold 548 MB for 9,792 rows (273 + 275 MB at
+# revision d81cbab), about 56.0 KB a row, text included. At quality 30, ``cartoon_jpeg_bytes`` of
+# these sizes average 55.5 KB (the trainer's 512 train stand-ins of seed 0: 27-92 KB), within 1% of
+# it; libjpeg's usual 75 would give 81 KB. The quality is what is tuned to the real bytes, not the
+# drawing: how the real files were encoded is not known.
+CARTOON_JPEG_QUALITY = 30
+
 
 def jpeg_bytes(width: int, height: int, rng: np.random.Generator, quality: int = 90) -> bytes:
     """A photo-like JPEG: smooth gradients plus mid-frequency noise and a few flat shapes."""
@@ -70,14 +88,16 @@ VOCABULARY = (
 ).split()
 
 
-def cartoon_jpeg_bytes(width: int, height: int, rng: np.random.Generator, quality: int = 90) -> bytes:
+def cartoon_jpeg_bytes(
+    width: int, height: int, rng: np.random.Generator, quality: int = CARTOON_JPEG_QUALITY
+) -> bytes:
     """A line-drawing JPEG: ink strokes, outlines and flat gray washes on white paper.
 
     Cartoons compress far better than photos, so the noise texture of ``jpeg_bytes`` would make
     the stand-ins several times larger than the real files, and entropy decoding costs per byte.
-    Between 500x400 and 900x800 these come out at 30-70 KB, 53 KB on average, near the New Yorker
-    set's 40-57 KB per row (its parquet and dataset_info sizes divided by the row counts). Stored
-    as RGB, like the decode path the published script takes (``convert("RGB")``).
+    At the cartoons' sizes and the default quality they average the real set's bytes per row (see
+    CARTOON_JPEG_QUALITY). Stored as RGB, like the decode path the published script takes
+    (``convert("RGB")``).
     """
     from PIL import ImageDraw
 
