@@ -97,7 +97,8 @@ def test_a_bad_value_in_a_recipe_is_one_line_naming_file_variant_and_key(inv, re
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     for task in ("show", "render", "reproduce"):
         extra = ["--dry-run"] if task == "reproduce" else []
-        result = inv(task, str(path), "--accelerator", "cpu", "--scale", "smoke", *extra)
+        # at the published scale: the smoke scale sets its own batch size over the variant's
+        result = inv(task, str(path), "--accelerator", "cuda", "--scale", "published", *extra)
         assert result.returncode != 0
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, result.stderr

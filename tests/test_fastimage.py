@@ -113,11 +113,6 @@ def test_a_misaligned_crop_would_be_caught(jpegs, published):
     assert float((shifted - published[0]).abs().mean()) > 0.05
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode_batch_on_device resizes with antialias=True; the published path does not antialias "
-    "(torchvision 0.14-0.16): the device path must follow it",
-)
 def test_device_decode_path_matches_on_the_cpu(jpegs, published):
     batch = decode_batch_on_device(jpegs, 294, "cpu")
     assert batch.shape == (len(jpegs), 3, 294, 294)
