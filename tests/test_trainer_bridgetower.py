@@ -565,3 +565,22 @@ def test_two_processes_train_together_under_torchrun(tmp_path):
     # Rank 1 writes nothing: one row per logging step, not two.
     with open(run_dir / "throughput.csv") as fh:
         assert [int(r["step"]) for r in csv.DictReader(fh)] == [2, 4]
+
+
+def test_an_optimizer_without_train_modes_survives_accelerate_033s_unguarded_call():
+    """The gaudi2 image's accelerate 0.33 forwards optimizer.train() to torch's AdamW, which has none
+    (the stand-in's smoke cell found it); optimizers with real train modes keep theirs."""
+    from types import SimpleNamespace
+
+    from reprokit_trainers.bridgetower.run_bridgetower import _give_optimizer_train_modes
+
+    adamw = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
+    wrapper = SimpleNamespace(optimizer=adamw)
+    _give_optimizer_train_modes(wrapper)
+    assert wrapper.optimizer.train() is None and wrapper.optimizer.eval() is None
+
+    calls = []
+    schedule_free = SimpleNamespace(train=lambda: calls.append("train"), eval=lambda: calls.append("eval"))
+    _give_optimizer_train_modes(SimpleNamespace(optimizer=schedule_free))
+    schedule_free.train()
+    assert calls == ["train"]

@@ -692,6 +692,17 @@ def prepare_split(
 # Trainer
 
 
+def _give_optimizer_train_modes(optimizer: Any) -> None:
+    """The stock Trainer of transformers 4.49 calls ``optimizer.train()`` whenever accelerate's wrapper
+    has that method, and accelerate 0.33 (the release optimum-habana 1.17 requires, so the gaudi2
+    image's) forwards it to the wrapped optimizer unguarded: torch's AdamW has no train mode, and the
+    first step fails. GaudiTrainer leaves the call out; accelerate 0.34 guards it. Off an HPU in the
+    gaudi2 image, the stock Trainer gets what accelerate 0.34 does: no train/eval mode is a no-op."""
+    inner = getattr(optimizer, "optimizer", None)
+    if inner is not None and not hasattr(inner, "train"):
+        inner.train = inner.eval = lambda: None
+
+
 def trainer_class(base: type, samples: StepSamples, device_decode: bool, image_size: int) -> type:
     """``base``, counting the rows of every micro-batch it trains on (the meter's samples), and with
     ``device_decode`` decoding the batch's JPEG bytes on the device before the forward."""
@@ -700,6 +711,7 @@ def trainer_class(base: type, samples: StepSamples, device_decode: bool, image_s
         def training_step(self, model, inputs, *args, **kwargs):
             # A shape, read on the host: no device sync.
             samples.add(int(inputs["input_ids"].shape[0]))
+            _give_optimizer_train_modes(self.optimizer)
             return super().training_step(model, inputs, *args, **kwargs)
 
     if not device_decode:
