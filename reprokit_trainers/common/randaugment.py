@@ -55,7 +55,7 @@ def parse_policy(text: str) -> Policy:
     sections = text.split("-")
     if sections[0] != "rand":
         raise ValueError(
-            f"--auto_augment {text}: the GPU loader implements timm's RandAugment policies (rand-...) only"
+            f"--auto_augment {text}: the GPU loaders implement timm's RandAugment policies (rand-...) only"
         )
     fields: dict[str, float] = {}
     increasing = False
@@ -63,7 +63,7 @@ def parse_policy(text: str) -> Policy:
         match = re.fullmatch(r"([a-z]+)(\d.*)", section)
         if section.startswith("t"):
             raise ValueError(
-                f"--auto_augment {text}: op sets other than timm's default ({section}) are not implemented"
+                f"--auto_augment {text}: op sets other than timm's default ({section!r}) are not implemented"
             )
         if not match:
             raise ValueError(f"--auto_augment {text}: cannot read the section {section!r}")

@@ -17,8 +17,10 @@ is built around the crop rather than around a DALI file reader:
   (``imagenet.DeviceNormalize``), as they do for the torch loader.
 
 RandAugment is timm's ``rand-m*-n*-mstd*-inc1`` rebuilt from DALI's augmentation operators with
-timm's op set, levels (magnitude noise drawn per op, on a grid of 0.01) and per-op probability.
-What DALI cannot reproduce is recorded as a departure (``RandAugmentSpec.departure``).
+timm's op set, levels (magnitude noise drawn per op, on a grid of 0.01) and per-op probability. The
+policy string and timm's magnitude-to-argument formulas are read as the GPU decode loader reads them
+(``common/randaugment.py``). What DALI cannot reproduce is recorded as a departure
+(``RandAugmentSpec.departure``).
 
 Importing this module needs DALI: run_volo.py imports it for ``--loader dali`` only, and says in one
 line how to install it when it is missing.
@@ -42,11 +44,11 @@ from nvidia.dali.auto_aug import augmentations as dali_ops
 from nvidia.dali.auto_aug.core import augmentation, select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from reprokit_trainers.common import imagenet
+from reprokit_trainers.common import imagenet, randaugment
 
 VERSION = nvidia.dali.__version__
 OUTPUTS = ("pixel_values", "crop_box", "flipped", "labels", "label_map")
-LEVEL_MAX = 10.0  # timm's _LEVEL_DENOM: magnitudes are clipped to [0, 10]
+LEVEL_MAX = randaugment.LEVEL_DENOM  # magnitudes are clipped to [0, 10]
 LEVEL_STEPS = 100  # magnitude grid of 0.01 level: the noisy magnitude as DALI indexes it
 # timm fills the corners that geometric ops uncover with the per-channel mean (124, 116, 104);
 # DALI's warps take one value, so the nearest single gray.
@@ -68,47 +70,26 @@ def pipeline_device() -> int | None:
 
 @dataclass(frozen=True)
 class RandAugmentSpec:
-    """timm's ``rand-...`` string: ops per image, magnitude, its noise, and each op's probability."""
+    """timm's ``rand-...`` string and its policy (ops per image, magnitude, its noise, each op's
+    probability), as far as this loader follows it."""
 
     text: str
-    num_ops: int = 2
-    magnitude: float = LEVEL_MAX
-    magnitude_std: float = 0.0
-    prob: float = 0.5
+    policy: randaugment.Policy
 
     @classmethod
     def parse(cls, text: str) -> RandAugmentSpec:
-        """The sections timm reads (m, n, mstd, p, inc); the ones this loader cannot follow are refused."""
-        sections = text.split("-")
-        if sections[0] != "rand":
-            raise ValueError(
-                f"--auto_augment {text}: the dali loader implements timm's RandAugment (rand-...) only"
-            )
-        values: dict[str, float] = {}
-        increasing = False
-        for section in sections[1:]:
-            match = re.fullmatch(r"([a-z]+)(\d.*)", section)
-            key, value = match.groups() if match else (section, "")
-            if key == "inc":
-                increasing = True  # as timm reads it: any value turns the increasing set on
-            elif key in ("m", "n", "mstd", "p") and value:
-                values[key] = float(value)
-            else:
+        """The policy as randaugment.parse_policy reads it; what this loader cannot follow is refused."""
+        policy = randaugment.parse_policy(text)
+        for section in text.split("-")[1:]:
+            if section.startswith("mmax"):  # the argument tables stop at timm's default bound
                 raise ValueError(
                     f"--auto_augment {text}: the dali loader does not implement timm's '{section}' section"
                 )
-        if not increasing:
+        if policy.ops != randaugment.INCREASING_OPS:
             raise ValueError(
                 f"--auto_augment {text}: the dali loader implements timm's increasing op set (inc1) only"
             )
-        std = values.get("mstd", 0.0)
-        return cls(
-            text,
-            num_ops=int(values.get("n", 2)),
-            magnitude=float(int(values.get("m", LEVEL_MAX))),
-            magnitude_std=math.inf if std > 100 else std,  # timm: above 100 means uniform in [0, m]
-            prob=values.get("p", 0.5),
-        )
+        return cls(text, policy)
 
     @property
     def departure(self) -> str:
@@ -139,29 +120,32 @@ ON_IMAGE_DEVICE = ("posterize", "solarize", "solarize_add", "sharpness")
 
 def parameter_tables() -> dict[str, np.ndarray]:
     """Each op's argument at every level k / LEVEL_STEPS of the grid: timm's level-to-argument
-    functions (timm/data/auto_augment.py), evaluated on the whole grid at once."""
-    fraction = np.arange(int(LEVEL_MAX) * LEVEL_STEPS + 1, dtype=np.float64) / LEVEL_STEPS / LEVEL_MAX
+    functions (randaugment.op_parameter), evaluated on the whole grid at once."""
+    levels = torch.arange(int(LEVEL_MAX) * LEVEL_STEPS + 1, dtype=torch.float64) / LEVEL_STEPS
+    signs = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat(len(levels))
 
-    def signed(values: np.ndarray) -> np.ndarray:
-        return np.stack([values, -values], axis=1).reshape(-1)
+    def timm(op: str, signed: bool = False) -> np.ndarray:
+        if signed:  # rows (+v, -v) per level
+            return randaugment.op_parameter(op, levels.repeat_interleave(2), signs).numpy()
+        return randaugment.op_parameter(op, levels, torch.ones_like(levels)).numpy()
 
-    enhance = np.maximum(0.1, 1.0 + signed(fraction * 0.9))  # 1 -/+ 0.9 x level / 10, at least 0.1
+    enhance = timm("ColorIncreasing", signed=True)  # Contrast, Brightness, Sharpness: the same
     # PIL's Sharpness blends the image with its 3x3 smoothing (ImageFilter.SMOOTH): one kernel.
     smooth = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]]) / 13
     identity = np.zeros((3, 3))
     identity[1, 1] = 1
     sharpness = (1 - enhance)[:, None, None] * smooth + enhance[:, None, None] * identity
     # PosterizeIncreasing keeps 4 - int(level / 10 * 4) bits: none at level 10 (black, as in timm).
-    bits = 4 - np.floor(fraction * 4).astype(np.int64)
+    bits = timm("PosterizeIncreasing").astype(np.int64)
     # PIL's affine maps each output pixel to its source, DALI's (inverse_map=False) each source pixel
     # to its output: the same shear or shift is the opposite sign there.
-    shear, translate = -signed(fraction * 0.3), -signed(fraction * 0.45)
+    shear, translate = -timm("ShearX", signed=True), -timm("TranslateXRel", signed=True)
     zeros = np.zeros_like(shear)
     return {
-        "rotate": signed(fraction * 30).astype(np.float32),
+        "rotate": timm("Rotate", signed=True).astype(np.float32),
         "posterize": (0xFF ^ (2 ** (8 - bits) - 1)).astype(np.uint8),
-        "solarize": (256 - np.minimum(256, np.floor(fraction * 256))).astype(np.float32),
-        "solarize_add": np.minimum(128, np.floor(fraction * 110)).astype(np.uint8),
+        "solarize": timm("SolarizeIncreasing").astype(np.float32),
+        "solarize_add": timm("SolarizeAdd").astype(np.uint8),
         "color": enhance.astype(np.float32),
         "contrast": enhance.astype(np.float32),
         "brightness": enhance.astype(np.float32),
@@ -275,8 +259,8 @@ TIMM_INCREASING = {
 
 
 class TimmRandAugment:
-    """timm's RandAugment in a DALI pipeline: ``spec.num_ops`` ops per image, each chosen uniformly
-    (with replacement) and applied with probability ``spec.prob``, at a magnitude drawn for that
+    """timm's RandAugment in a DALI pipeline: ``num_layers`` ops per image, each chosen uniformly
+    (with replacement) and applied with probability ``prob``, at a magnitude drawn for that
     application (normal around m, or uniform in [0, m]; clipped to [0, 10]; on a 0.01 grid).
 
     The argument tables are built here, outside the pipeline: DALI traces the pipeline's Python
@@ -293,10 +277,11 @@ class TimmRandAugment:
         Call inside a pipeline defined with ``enable_conditionals=True``."""
         suite = [*TIMM_INCREASING.values(), dali_ops.identity]  # the last: what a skipped op does
         skipped = len(TIMM_INCREASING)
-        for _ in range(self.spec.num_ops):
+        policy = self.spec.policy
+        for _ in range(policy.num_layers):
             chosen = fn.random.uniform(values=list(range(skipped)), dtype=types.INT32)
-            if self.spec.prob < 1.0:
-                keep = fn.random.coin_flip(probability=self.spec.prob, dtype=types.INT32)
+            if policy.prob < 1.0:
+                keep = fn.random.coin_flip(probability=policy.prob, dtype=types.INT32)
                 chosen = chosen * keep + skipped * (1 - keep)
             negate = fn.random.coin_flip(probability=0.5, dtype=types.INT32)
             images = select(suite, chosen, **self._arguments(images, shape, self._level(), negate))
@@ -320,13 +305,13 @@ class TimmRandAugment:
         }
 
     def _level(self) -> Any:
-        spec = self.spec
-        if spec.magnitude_std == 0:
-            return int(round(min(spec.magnitude, LEVEL_MAX) * LEVEL_STEPS))
-        if math.isinf(spec.magnitude_std):
-            level = fn.random.uniform(range=[0.0, spec.magnitude])
+        magnitude, std = float(self.spec.policy.magnitude), self.spec.policy.magnitude_std
+        if std == 0:
+            return int(round(min(magnitude, LEVEL_MAX) * LEVEL_STEPS))
+        if math.isinf(std):
+            level = fn.random.uniform(range=[0.0, magnitude])
         else:
-            level = fn.random.normal(mean=spec.magnitude, stddev=spec.magnitude_std)
+            level = fn.random.normal(mean=magnitude, stddev=std)
         level = dmath.clamp(level, 0.0, LEVEL_MAX)
         return fn.cast(level * float(LEVEL_STEPS), dtype=types.INT32)  # DALI's cast rounds to the nearest
 
