@@ -69,4 +69,3 @@ class StepLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
