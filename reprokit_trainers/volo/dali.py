@@ -41,7 +41,7 @@ import torch
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as dali_ops
-from nvidia.dali.auto_aug.core import augmentation, select
+from nvidia.dali.auto_aug.core import select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from reprokit_trainers.common import imagenet, randaugment
@@ -162,100 +162,46 @@ EQUALIZE = getattr(fn, "equalize", None) or fn.experimental.equalize
 FILTER = getattr(fn, "filter", None) or fn.experimental.filter
 
 
-# timm's _RAND_INCREASING_TRANSFORMS, in its order, on DALI's implementations of each op; each takes
-# its argument by name (looked up before the per-sample split, see TimmRandAugment).
-@augmentation
-def _auto_contrast(data, _):
-    return dali_ops.auto_contrast.op(data, None)
+@dataclass(frozen=True)
+class SuiteOp:
+    """One op of the RandAugment suite on its DALI implementation, ``apply(data, argument, **extras)``.
+
+    ``select`` hands every op of the suite the same arguments by name, split among the ops per sample:
+    the images, each table's row (looked up before the split, see TimmRandAugment), the image shape,
+    the fill and the interpolation. An op's argument is its table's row (``table``; None: it takes
+    none), and the ``extras`` go on by name.
+    """
+
+    apply: Callable[..., Any]
+    table: str | None = None
+    extras: tuple[str, ...] = ()
+
+    def __call__(self, data: Any, **arguments: Any) -> Any:
+        argument = arguments[self.table] if self.table else None
+        return self.apply(data, argument, **{name: arguments[name] for name in self.extras})
 
 
-@augmentation
-def _equalize(data, _):
-    return EQUALIZE(data)
+WARP = ("fill_value", "interp_type")  # what the geometric ops take beside their argument
 
-
-@augmentation
-def _invert(data, _):
-    return dali_ops.invert.op(data, None)
-
-
-@augmentation
-def _rotate(data, _, rotate, fill_value, interp_type):
-    return dali_ops.rotate.op(data, rotate, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _posterize(data, _, posterize):
-    return dali_ops.posterize.op(data, posterize)
-
-
-@augmentation
-def _solarize(data, _, solarize):
-    return dali_ops.solarize.op(data, solarize)
-
-
-@augmentation
-def _solarize_add(data, _, solarize_add):
-    return dali_ops.solarize_add.op(data, solarize_add)
-
-
-@augmentation
-def _color(data, _, color):
-    return dali_ops.color.op(data, color)
-
-
-@augmentation
-def _contrast(data, _, contrast):
-    return dali_ops.contrast.op(data, contrast)
-
-
-@augmentation
-def _brightness(data, _, brightness):
-    return dali_ops.brightness.op(data, brightness)
-
-
-@augmentation
-def _sharpness(data, _, sharpness):
-    return FILTER(data, sharpness)  # the PIL blend as one kernel (parameter_tables)
-
-
-@augmentation
-def _shear_x(data, _, shear_x, fill_value, interp_type):
-    return dali_ops.shear_x.op(data, shear_x, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _shear_y(data, _, shear_y, fill_value, interp_type):
-    return dali_ops.shear_y.op(data, shear_y, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _translate_x(data, _, translate_x, shape, fill_value, interp_type):
-    return dali_ops.translate_x.op(data, translate_x, shape, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _translate_y(data, _, translate_y, shape, fill_value, interp_type):
-    return dali_ops.translate_y.op(data, translate_y, shape, fill_value=fill_value, interp_type=interp_type)
-
-
+# timm's _RAND_INCREASING_TRANSFORMS, in its order, on DALI's implementations of each op.
 TIMM_INCREASING = {
-    "AutoContrast": _auto_contrast,
-    "Equalize": _equalize,
-    "Invert": _invert,
-    "Rotate": _rotate,
-    "PosterizeIncreasing": _posterize,
-    "SolarizeIncreasing": _solarize,
-    "SolarizeAdd": _solarize_add,
-    "ColorIncreasing": _color,
-    "ContrastIncreasing": _contrast,
-    "BrightnessIncreasing": _brightness,
-    "SharpnessIncreasing": _sharpness,
-    "ShearX": _shear_x,
-    "ShearY": _shear_y,
-    "TranslateXRel": _translate_x,
-    "TranslateYRel": _translate_y,
+    "AutoContrast": SuiteOp(dali_ops.auto_contrast.op),
+    "Equalize": SuiteOp(lambda data, _: EQUALIZE(data)),
+    "Invert": SuiteOp(dali_ops.invert.op),
+    "Rotate": SuiteOp(dali_ops.rotate.op, "rotate", WARP),
+    "PosterizeIncreasing": SuiteOp(dali_ops.posterize.op, "posterize"),
+    "SolarizeIncreasing": SuiteOp(dali_ops.solarize.op, "solarize"),
+    "SolarizeAdd": SuiteOp(dali_ops.solarize_add.op, "solarize_add"),
+    "ColorIncreasing": SuiteOp(dali_ops.color.op, "color"),
+    "ContrastIncreasing": SuiteOp(dali_ops.contrast.op, "contrast"),
+    "BrightnessIncreasing": SuiteOp(dali_ops.brightness.op, "brightness"),
+    "SharpnessIncreasing": SuiteOp(FILTER, "sharpness"),  # the PIL blend as one kernel (parameter_tables)
+    "ShearX": SuiteOp(dali_ops.shear_x.op, "shear_x", WARP),
+    "ShearY": SuiteOp(dali_ops.shear_y.op, "shear_y", WARP),
+    "TranslateXRel": SuiteOp(dali_ops.translate_x.op, "translate_x", ("shape", *WARP)),
+    "TranslateYRel": SuiteOp(dali_ops.translate_y.op, "translate_y", ("shape", *WARP)),
 }
+SKIPPED = SuiteOp(dali_ops.identity.op)  # what an op that does not apply does
 
 
 class TimmRandAugment:
@@ -275,7 +221,7 @@ class TimmRandAugment:
     def __call__(self, images: Any, shape: Any) -> Any:
         """``images``: uint8 HWC; ``shape``: their (H, W, C), to which translations are relative.
         Call inside a pipeline defined with ``enable_conditionals=True``."""
-        suite = [*TIMM_INCREASING.values(), dali_ops.identity]  # the last: what a skipped op does
+        suite = [*TIMM_INCREASING.values(), SKIPPED]
         skipped = len(TIMM_INCREASING)
         policy = self.spec.policy
         for _ in range(policy.num_layers):
