@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 from invoke import Collection, Exit, task
 
@@ -18,6 +20,8 @@ from . import accelerators, cells, data, recipes, report, session, settings
 from . import reproduce as reproducing
 from .errors import ReprokitError
 from .options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, KitTask, RunOptions, options_task
+
+T = TypeVar("T")
 
 
 def friendly(fn):
@@ -61,35 +65,37 @@ def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
     return filled, site
 
 
-def _int(value) -> int | None:
+def _parsed(value: Any, convert: Callable[[Any], T], problem: str) -> T | None:
+    """A flag's value converted; None where it was not given, and ``problem`` as the one-line error
+    where it does not convert."""
     if value in (None, ""):
         return None
     try:
-        return int(value)
+        return convert(value)
     except ValueError:
-        raise ReprokitError(f"{value!r}: give a whole number") from None
+        raise ReprokitError(problem) from None
+
+
+def _int(value) -> int | None:
+    return _parsed(value, int, f"{value!r}: give a whole number")
 
 
 def _nodes(value) -> int | list[int] | None:
     """--nodes 2, or a list 1,2 (each cell at each count)."""
-    if value in (None, ""):
+    counts = _parsed(
+        value,
+        lambda text: [int(part) for part in str(text).split(",")],
+        f"--nodes {value}: give a number of nodes, or a list such as 1,2",
+    )
+    if counts is None:
         return None
-    try:
-        counts = [int(part) for part in str(value).split(",")]
-    except ValueError:
-        raise ReprokitError(f"--nodes {value}: give a number of nodes, or a list such as 1,2") from None
     if any(count < 1 for count in counts) or len(set(counts)) != len(counts):
         raise ReprokitError(f"--nodes {value}: node counts must be distinct and at least 1")
     return counts[0] if len(counts) == 1 else counts
 
 
 def _timeout(value) -> float | None:
-    if value in (None, ""):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise ReprokitError(f"--timeout {value}: give seconds") from None
+    return _parsed(value, float, f"--timeout {value}: give seconds")
 
 
 def _repeat(value) -> int:

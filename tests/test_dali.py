@@ -181,8 +181,9 @@ def test_the_op_set_is_timms_increasing_set_in_its_order():
 
 def test_the_published_augmentation_string_parses_and_others_are_refused_in_one_line():
     spec = dali.RandAugmentSpec.parse("rand-m9-mstd0.5-inc1")
-    assert (spec.num_ops, spec.magnitude, spec.magnitude_std, spec.prob) == (2, 9.0, 0.5, 0.5)
-    assert dali.RandAugmentSpec.parse("rand-m7-n3-mstd101-p0.3-inc1").magnitude_std == float("inf")
+    policy = spec.policy
+    assert (policy.num_layers, policy.magnitude, policy.magnitude_std, policy.prob) == (2, 9.0, 0.5, 0.5)
+    assert dali.RandAugmentSpec.parse("rand-m7-n3-mstd101-p0.3-inc1").policy.magnitude_std == float("inf")
     for text, why in [
         ("rand-m9-mstd0.5", "increasing op set"),
         ("rand-m9-tweights-inc1", "'tweights'"),

@@ -57,6 +57,7 @@ def throughput_callback(run_dir: RunDir, warmup_steps: int, samples: StepSamples
             samples.take()
 
         def on_step_end(self, args, state, control, **kwargs):
+            # The Trainer logs at these steps (and reads the loss there anyway): the meter's boundaries.
             every = int(getattr(state, "logging_steps", 0) or args.logging_steps or 0)
             boundary = state.global_step >= state.max_steps or (every > 0 and state.global_step % every == 0)
             self.meter.step_end(samples.take(), boundary=bool(boundary))

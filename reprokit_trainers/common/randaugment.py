@@ -55,7 +55,7 @@ def parse_policy(text: str) -> Policy:
     sections = text.split("-")
     if sections[0] != "rand":
         raise ValueError(
-            f"--auto_augment {text}: the GPU loader implements timm's RandAugment policies (rand-...) only"
+            f"--auto_augment {text}: the GPU loaders implement timm's RandAugment policies (rand-...) only"
         )
     fields: dict[str, float] = {}
     increasing = False
@@ -63,7 +63,7 @@ def parse_policy(text: str) -> Policy:
         match = re.fullmatch(r"([a-z]+)(\d.*)", section)
         if section.startswith("t"):
             raise ValueError(
-                f"--auto_augment {text}: op sets other than timm's default ({section}) are not implemented"
+                f"--auto_augment {text}: op sets other than timm's default ({section!r}) are not implemented"
             )
         if not match:
             raise ValueError(f"--auto_augment {text}: cannot read the section {section!r}")
@@ -293,6 +293,20 @@ def geometric_matrices(name: str, parameter: torch.Tensor, width: int, height: i
     raise ValueError(f"{name} is not a geometric op")
 
 
+# The ops that are not geometric, by timm's name less "Increasing" (an Increasing op differs in its
+# parameter only): those that take none, and those that take one per image.
+PLAIN_OPS = {"AutoContrast": auto_contrast, "Equalize": equalize, "Invert": invert}
+PARAMETER_OPS = {
+    "Posterize": posterize,
+    "Solarize": solarize,
+    "SolarizeAdd": solarize_add,
+    "Color": color,
+    "Contrast": contrast,
+    "Brightness": brightness,
+    "Sharpness": sharpness,
+}
+
+
 def apply_op(
     name: str,
     images: torch.Tensor,
@@ -315,26 +329,10 @@ def apply_op(
                 rows_here = rows.to(images.device)
                 out[rows_here] = affine(images[rows_here], matrices, fill, cubic)
         return out
-    if base == "AutoContrast":
-        return auto_contrast(images)
-    if base == "Equalize":
-        return equalize(images)
-    if base == "Invert":
-        return invert(images)
-    if base == "Posterize":
-        return posterize(images, parameter)
-    if base == "Solarize":
-        return solarize(images, parameter)
-    if base == "SolarizeAdd":
-        return solarize_add(images, parameter)
-    if base == "Color":
-        return color(images, parameter)
-    if base == "Contrast":
-        return contrast(images, parameter)
-    if base == "Brightness":
-        return brightness(images, parameter)
-    if base == "Sharpness":
-        return sharpness(images, parameter)
+    if base in PLAIN_OPS:
+        return PLAIN_OPS[base](images)
+    if base in PARAMETER_OPS:
+        return PARAMETER_OPS[base](images, parameter)
     raise ValueError(f"unknown RandAugment op {name}")
 
 

@@ -1,8 +1,10 @@
-"""Step logging into the run directory: from an explicit training loop, or from transformers' Trainer.
+"""Step logging into the run directory, for the explicit training loops (VOLO, ViT).
 
-Both feed a ``ThroughputMeter`` every optimizer step and, on logging steps and the last step (the
-meter's boundaries, where it synchronizes the device and reads the clock), append a throughput.csv
-row with its TensorBoard scalars (rundir.py).
+The logger feeds a ``ThroughputMeter`` every optimizer step and, on logging steps and the last step
+(the meter's boundaries, where it synchronizes the device and reads the clock), appends a
+throughput.csv row with its TensorBoard scalars (rundir.py). BridgeTower runs transformers' Trainer
+and feeds the same meter from a callback (bridgetower/throughput.py) that counts the samples each
+step really held: a full global batch per step would overcount a partial last batch.
 """
 
 from __future__ import annotations
@@ -67,38 +69,3 @@ class StepLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def hf_throughput_callback(run_dir: RunDir, warmup_steps: int, global_batch_size: int):
-    """A transformers TrainerCallback that feeds a ThroughputMeter from the Trainer's loop.
-
-    Built lazily so that trainers not using transformers do not import it.
-    """
-    from transformers import TrainerCallback
-
-    class ThroughputCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.meter = ThroughputMeter(warmup_steps=warmup_steps)
-            self.last_logs: dict[str, Any] = {}
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.meter = ThroughputMeter(warmup_steps=warmup_steps, total_steps=state.max_steps or None)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            # The Trainer logs at these steps (and reads the loss there anyway): the meter's boundaries.
-            every = int(getattr(state, "logging_steps", 0) or args.logging_steps or 0)
-            boundary = state.global_step >= state.max_steps or (every > 0 and state.global_step % every == 0)
-            self.meter.step_end(global_batch_size, boundary=bool(boundary))
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = logs or {}
-            if "loss" in logs:
-                self.last_logs = dict(logs)
-                run_dir.log_step(
-                    self.meter,
-                    epoch=state.epoch,
-                    loss=logs.get("loss"),
-                    learning_rate=logs.get("learning_rate"),
-                )
-
-    return ThroughputCallback()

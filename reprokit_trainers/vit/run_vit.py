@@ -35,11 +35,9 @@ rung would be an override of its internals. The loop is short and pycls's own is
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 import re
-import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,21 +50,9 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from reprokit_trainers.common import flops, imagenet
-from reprokit_trainers.common.args import (
-    DeviceArguments,
-    arguments_dict,
-    config_error,
-    one_line_errors,
-    parse_command_line,
-)
-from reprokit_trainers.common.distributed import (
-    accelerator_device,
-    destroy_process_group,
-    init_process_group,
-    log,
-)
-from reprokit_trainers.common.precision import set_tf32
+from reprokit_trainers.common import flops, imagenet, loop
+from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import StepLogger
 
@@ -436,18 +422,11 @@ def train(
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
-    logging.basicConfig(level=logging.WARNING)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
-    warnings.filterwarnings("ignore", message=".*switching to use `NO_SHARD`.*")
-    warnings.filterwarnings("ignore", message=".*Both mixed precision and an auto_wrap_policy.*")
+    loop.quiet_notices(".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*")
     model_args, data_args, train_args, device_args = parse_args(argv)
     # Before anything asks cuBLAS whether it may use TF32: the ladder's fp32 rungs are true fp32.
-    try:
-        tf32 = set_tf32(device_args.tf32)
-    except RuntimeError as error:
-        raise config_error(PROG, str(error)) from None
+    tf32 = loop.set_tf32(PROG, device_args.tf32)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -511,10 +490,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     logger.close()
 
     # 7. Write the summary, last
-    meter = logger.meter
-    summary = run_dir.write_summary(
-        meter,
-        status="ok",
+    return loop.finish(
+        logger,
+        (model_args, data_args, train_args, device_args),
+        sample_flops,
         model=model_args.model_name_or_path,
         model_size=size,
         parameters=parameters,
@@ -538,13 +517,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch_size=global_batch,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(loader),
-        args=arguments_dict(model_args, data_args, train_args, device_args),
         **data_info,
-        **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, device_args.device_peak_tflops),
     )
-    destroy_process_group()
-    return summary
 
 
 if __name__ == "__main__":

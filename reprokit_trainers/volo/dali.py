@@ -17,8 +17,10 @@ is built around the crop rather than around a DALI file reader:
   (``imagenet.DeviceNormalize``), as they do for the torch loader.
 
 RandAugment is timm's ``rand-m*-n*-mstd*-inc1`` rebuilt from DALI's augmentation operators with
-timm's op set, levels (magnitude noise drawn per op, on a grid of 0.01) and per-op probability.
-What DALI cannot reproduce is recorded as a departure (``RandAugmentSpec.departure``).
+timm's op set, levels (magnitude noise drawn per op, on a grid of 0.01) and per-op probability. The
+policy string and timm's magnitude-to-argument formulas are read as the GPU decode loader reads them
+(``common/randaugment.py``). What DALI cannot reproduce is recorded as a departure
+(``RandAugmentSpec.departure``).
 
 Importing this module needs DALI: run_volo.py imports it for ``--loader dali`` only, and says in one
 line how to install it when it is missing.
@@ -39,14 +41,14 @@ import torch
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as dali_ops
-from nvidia.dali.auto_aug.core import augmentation, select
+from nvidia.dali.auto_aug.core import select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from reprokit_trainers.common import imagenet
+from reprokit_trainers.common import imagenet, randaugment
 
 VERSION = nvidia.dali.__version__
 OUTPUTS = ("pixel_values", "crop_box", "flipped", "labels", "label_map")
-LEVEL_MAX = 10.0  # timm's _LEVEL_DENOM: magnitudes are clipped to [0, 10]
+LEVEL_MAX = randaugment.LEVEL_DENOM  # magnitudes are clipped to [0, 10]
 LEVEL_STEPS = 100  # magnitude grid of 0.01 level: the noisy magnitude as DALI indexes it
 # timm fills the corners that geometric ops uncover with the per-channel mean (124, 116, 104);
 # DALI's warps take one value, so the nearest single gray.
@@ -68,47 +70,26 @@ def pipeline_device() -> int | None:
 
 @dataclass(frozen=True)
 class RandAugmentSpec:
-    """timm's ``rand-...`` string: ops per image, magnitude, its noise, and each op's probability."""
+    """timm's ``rand-...`` string and its policy (ops per image, magnitude, its noise, each op's
+    probability), as far as this loader follows it."""
 
     text: str
-    num_ops: int = 2
-    magnitude: float = LEVEL_MAX
-    magnitude_std: float = 0.0
-    prob: float = 0.5
+    policy: randaugment.Policy
 
     @classmethod
     def parse(cls, text: str) -> RandAugmentSpec:
-        """The sections timm reads (m, n, mstd, p, inc); the ones this loader cannot follow are refused."""
-        sections = text.split("-")
-        if sections[0] != "rand":
-            raise ValueError(
-                f"--auto_augment {text}: the dali loader implements timm's RandAugment (rand-...) only"
-            )
-        values: dict[str, float] = {}
-        increasing = False
-        for section in sections[1:]:
-            match = re.fullmatch(r"([a-z]+)(\d.*)", section)
-            key, value = match.groups() if match else (section, "")
-            if key == "inc":
-                increasing = True  # as timm reads it: any value turns the increasing set on
-            elif key in ("m", "n", "mstd", "p") and value:
-                values[key] = float(value)
-            else:
+        """The policy as randaugment.parse_policy reads it; what this loader cannot follow is refused."""
+        policy = randaugment.parse_policy(text)
+        for section in text.split("-")[1:]:
+            if section.startswith("mmax"):  # the argument tables stop at timm's default bound
                 raise ValueError(
                     f"--auto_augment {text}: the dali loader does not implement timm's '{section}' section"
                 )
-        if not increasing:
+        if policy.ops != randaugment.INCREASING_OPS:
             raise ValueError(
                 f"--auto_augment {text}: the dali loader implements timm's increasing op set (inc1) only"
             )
-        std = values.get("mstd", 0.0)
-        return cls(
-            text,
-            num_ops=int(values.get("n", 2)),
-            magnitude=float(int(values.get("m", LEVEL_MAX))),
-            magnitude_std=math.inf if std > 100 else std,  # timm: above 100 means uniform in [0, m]
-            prob=values.get("p", 0.5),
-        )
+        return cls(text, policy)
 
     @property
     def departure(self) -> str:
@@ -139,29 +120,32 @@ ON_IMAGE_DEVICE = ("posterize", "solarize", "solarize_add", "sharpness")
 
 def parameter_tables() -> dict[str, np.ndarray]:
     """Each op's argument at every level k / LEVEL_STEPS of the grid: timm's level-to-argument
-    functions (timm/data/auto_augment.py), evaluated on the whole grid at once."""
-    fraction = np.arange(int(LEVEL_MAX) * LEVEL_STEPS + 1, dtype=np.float64) / LEVEL_STEPS / LEVEL_MAX
+    functions (randaugment.op_parameter), evaluated on the whole grid at once."""
+    levels = torch.arange(int(LEVEL_MAX) * LEVEL_STEPS + 1, dtype=torch.float64) / LEVEL_STEPS
+    signs = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat(len(levels))
 
-    def signed(values: np.ndarray) -> np.ndarray:
-        return np.stack([values, -values], axis=1).reshape(-1)
+    def timm(op: str, signed: bool = False) -> np.ndarray:
+        if signed:  # rows (+v, -v) per level
+            return randaugment.op_parameter(op, levels.repeat_interleave(2), signs).numpy()
+        return randaugment.op_parameter(op, levels, torch.ones_like(levels)).numpy()
 
-    enhance = np.maximum(0.1, 1.0 + signed(fraction * 0.9))  # 1 -/+ 0.9 x level / 10, at least 0.1
+    enhance = timm("ColorIncreasing", signed=True)  # Contrast, Brightness, Sharpness: the same
     # PIL's Sharpness blends the image with its 3x3 smoothing (ImageFilter.SMOOTH): one kernel.
     smooth = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]]) / 13
     identity = np.zeros((3, 3))
     identity[1, 1] = 1
     sharpness = (1 - enhance)[:, None, None] * smooth + enhance[:, None, None] * identity
     # PosterizeIncreasing keeps 4 - int(level / 10 * 4) bits: none at level 10 (black, as in timm).
-    bits = 4 - np.floor(fraction * 4).astype(np.int64)
+    bits = timm("PosterizeIncreasing").astype(np.int64)
     # PIL's affine maps each output pixel to its source, DALI's (inverse_map=False) each source pixel
     # to its output: the same shear or shift is the opposite sign there.
-    shear, translate = -signed(fraction * 0.3), -signed(fraction * 0.45)
+    shear, translate = -timm("ShearX", signed=True), -timm("TranslateXRel", signed=True)
     zeros = np.zeros_like(shear)
     return {
-        "rotate": signed(fraction * 30).astype(np.float32),
+        "rotate": timm("Rotate", signed=True).astype(np.float32),
         "posterize": (0xFF ^ (2 ** (8 - bits) - 1)).astype(np.uint8),
-        "solarize": (256 - np.minimum(256, np.floor(fraction * 256))).astype(np.float32),
-        "solarize_add": np.minimum(128, np.floor(fraction * 110)).astype(np.uint8),
+        "solarize": timm("SolarizeIncreasing").astype(np.float32),
+        "solarize_add": timm("SolarizeAdd").astype(np.uint8),
         "color": enhance.astype(np.float32),
         "contrast": enhance.astype(np.float32),
         "brightness": enhance.astype(np.float32),
@@ -178,105 +162,51 @@ EQUALIZE = getattr(fn, "equalize", None) or fn.experimental.equalize
 FILTER = getattr(fn, "filter", None) or fn.experimental.filter
 
 
-# timm's _RAND_INCREASING_TRANSFORMS, in its order, on DALI's implementations of each op; each takes
-# its argument by name (looked up before the per-sample split, see TimmRandAugment).
-@augmentation
-def _auto_contrast(data, _):
-    return dali_ops.auto_contrast.op(data, None)
+@dataclass(frozen=True)
+class SuiteOp:
+    """One op of the RandAugment suite on its DALI implementation, ``apply(data, argument, **extras)``.
+
+    ``select`` hands every op of the suite the same arguments by name, split among the ops per sample:
+    the images, each table's row (looked up before the split, see TimmRandAugment), the image shape,
+    the fill and the interpolation. An op's argument is its table's row (``table``; None: it takes
+    none), and the ``extras`` go on by name.
+    """
+
+    apply: Callable[..., Any]
+    table: str | None = None
+    extras: tuple[str, ...] = ()
+
+    def __call__(self, data: Any, **arguments: Any) -> Any:
+        argument = arguments[self.table] if self.table else None
+        return self.apply(data, argument, **{name: arguments[name] for name in self.extras})
 
 
-@augmentation
-def _equalize(data, _):
-    return EQUALIZE(data)
+WARP = ("fill_value", "interp_type")  # what the geometric ops take beside their argument
 
-
-@augmentation
-def _invert(data, _):
-    return dali_ops.invert.op(data, None)
-
-
-@augmentation
-def _rotate(data, _, rotate, fill_value, interp_type):
-    return dali_ops.rotate.op(data, rotate, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _posterize(data, _, posterize):
-    return dali_ops.posterize.op(data, posterize)
-
-
-@augmentation
-def _solarize(data, _, solarize):
-    return dali_ops.solarize.op(data, solarize)
-
-
-@augmentation
-def _solarize_add(data, _, solarize_add):
-    return dali_ops.solarize_add.op(data, solarize_add)
-
-
-@augmentation
-def _color(data, _, color):
-    return dali_ops.color.op(data, color)
-
-
-@augmentation
-def _contrast(data, _, contrast):
-    return dali_ops.contrast.op(data, contrast)
-
-
-@augmentation
-def _brightness(data, _, brightness):
-    return dali_ops.brightness.op(data, brightness)
-
-
-@augmentation
-def _sharpness(data, _, sharpness):
-    return FILTER(data, sharpness)  # the PIL blend as one kernel (parameter_tables)
-
-
-@augmentation
-def _shear_x(data, _, shear_x, fill_value, interp_type):
-    return dali_ops.shear_x.op(data, shear_x, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _shear_y(data, _, shear_y, fill_value, interp_type):
-    return dali_ops.shear_y.op(data, shear_y, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _translate_x(data, _, translate_x, shape, fill_value, interp_type):
-    return dali_ops.translate_x.op(data, translate_x, shape, fill_value=fill_value, interp_type=interp_type)
-
-
-@augmentation
-def _translate_y(data, _, translate_y, shape, fill_value, interp_type):
-    return dali_ops.translate_y.op(data, translate_y, shape, fill_value=fill_value, interp_type=interp_type)
-
-
+# timm's _RAND_INCREASING_TRANSFORMS, in its order, on DALI's implementations of each op.
 TIMM_INCREASING = {
-    "AutoContrast": _auto_contrast,
-    "Equalize": _equalize,
-    "Invert": _invert,
-    "Rotate": _rotate,
-    "PosterizeIncreasing": _posterize,
-    "SolarizeIncreasing": _solarize,
-    "SolarizeAdd": _solarize_add,
-    "ColorIncreasing": _color,
-    "ContrastIncreasing": _contrast,
-    "BrightnessIncreasing": _brightness,
-    "SharpnessIncreasing": _sharpness,
-    "ShearX": _shear_x,
-    "ShearY": _shear_y,
-    "TranslateXRel": _translate_x,
-    "TranslateYRel": _translate_y,
+    "AutoContrast": SuiteOp(dali_ops.auto_contrast.op),
+    "Equalize": SuiteOp(lambda data, _: EQUALIZE(data)),
+    "Invert": SuiteOp(dali_ops.invert.op),
+    "Rotate": SuiteOp(dali_ops.rotate.op, "rotate", WARP),
+    "PosterizeIncreasing": SuiteOp(dali_ops.posterize.op, "posterize"),
+    "SolarizeIncreasing": SuiteOp(dali_ops.solarize.op, "solarize"),
+    "SolarizeAdd": SuiteOp(dali_ops.solarize_add.op, "solarize_add"),
+    "ColorIncreasing": SuiteOp(dali_ops.color.op, "color"),
+    "ContrastIncreasing": SuiteOp(dali_ops.contrast.op, "contrast"),
+    "BrightnessIncreasing": SuiteOp(dali_ops.brightness.op, "brightness"),
+    "SharpnessIncreasing": SuiteOp(FILTER, "sharpness"),  # the PIL blend as one kernel (parameter_tables)
+    "ShearX": SuiteOp(dali_ops.shear_x.op, "shear_x", WARP),
+    "ShearY": SuiteOp(dali_ops.shear_y.op, "shear_y", WARP),
+    "TranslateXRel": SuiteOp(dali_ops.translate_x.op, "translate_x", ("shape", *WARP)),
+    "TranslateYRel": SuiteOp(dali_ops.translate_y.op, "translate_y", ("shape", *WARP)),
 }
+SKIPPED = SuiteOp(dali_ops.identity.op)  # what an op that does not apply does
 
 
 class TimmRandAugment:
-    """timm's RandAugment in a DALI pipeline: ``spec.num_ops`` ops per image, each chosen uniformly
-    (with replacement) and applied with probability ``spec.prob``, at a magnitude drawn for that
+    """timm's RandAugment in a DALI pipeline: ``num_layers`` ops per image, each chosen uniformly
+    (with replacement) and applied with probability ``prob``, at a magnitude drawn for that
     application (normal around m, or uniform in [0, m]; clipped to [0, 10]; on a 0.01 grid).
 
     The argument tables are built here, outside the pipeline: DALI traces the pipeline's Python
@@ -291,12 +221,13 @@ class TimmRandAugment:
     def __call__(self, images: Any, shape: Any) -> Any:
         """``images``: uint8 HWC; ``shape``: their (H, W, C), to which translations are relative.
         Call inside a pipeline defined with ``enable_conditionals=True``."""
-        suite = [*TIMM_INCREASING.values(), dali_ops.identity]  # the last: what a skipped op does
+        suite = [*TIMM_INCREASING.values(), SKIPPED]
         skipped = len(TIMM_INCREASING)
-        for _ in range(self.spec.num_ops):
+        policy = self.spec.policy
+        for _ in range(policy.num_layers):
             chosen = fn.random.uniform(values=list(range(skipped)), dtype=types.INT32)
-            if self.spec.prob < 1.0:
-                keep = fn.random.coin_flip(probability=self.spec.prob, dtype=types.INT32)
+            if policy.prob < 1.0:
+                keep = fn.random.coin_flip(probability=policy.prob, dtype=types.INT32)
                 chosen = chosen * keep + skipped * (1 - keep)
             negate = fn.random.coin_flip(probability=0.5, dtype=types.INT32)
             images = select(suite, chosen, **self._arguments(images, shape, self._level(), negate))
@@ -320,13 +251,13 @@ class TimmRandAugment:
         }
 
     def _level(self) -> Any:
-        spec = self.spec
-        if spec.magnitude_std == 0:
-            return int(round(min(spec.magnitude, LEVEL_MAX) * LEVEL_STEPS))
-        if math.isinf(spec.magnitude_std):
-            level = fn.random.uniform(range=[0.0, spec.magnitude])
+        magnitude, std = float(self.spec.policy.magnitude), self.spec.policy.magnitude_std
+        if std == 0:
+            return int(round(min(magnitude, LEVEL_MAX) * LEVEL_STEPS))
+        if math.isinf(std):
+            level = fn.random.uniform(range=[0.0, magnitude])
         else:
-            level = fn.random.normal(mean=spec.magnitude, stddev=spec.magnitude_std)
+            level = fn.random.normal(mean=magnitude, stddev=std)
         level = dmath.clamp(level, 0.0, LEVEL_MAX)
         return fn.cast(level * float(LEVEL_STEPS), dtype=types.INT32)  # DALI's cast rounds to the nearest
 

@@ -26,10 +26,8 @@ Logging goes through the trainers' common step logger (``common/steps.py``).
 from __future__ import annotations
 
 import json
-import logging
 import random
 import re
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,21 +37,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet, precision, randaugment
-from reprokit_trainers.common.args import (
-    DeviceArguments,
-    arguments_dict,
-    config_error,
-    one_line_errors,
-    parse_command_line,
-)
-from reprokit_trainers.common.distributed import (
-    accelerator_device,
-    destroy_process_group,
-    init_process_group,
-    is_main_process,
-    log,
-)
+from reprokit_trainers.common import flops, imagenet, loop, randaugment
+from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.distributed import accelerator_device, init_process_group, is_main_process, log
 from reprokit_trainers.common.rundir import RunDir
 from reprokit_trainers.common.steps import StepLogger
 
@@ -623,14 +609,9 @@ def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments; set TF32 before anything asks cuBLAS whether it may use it
-    logging.basicConfig(level=logging.WARNING)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
-    warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
+    loop.quiet_notices()
     model_args, data_args, train_args, device_args = parse_args(argv)
-    try:
-        tf32 = precision.set_tf32(device_args.tf32)
-    except RuntimeError as error:
-        raise config_error(PROG, str(error)) from None
+    tf32 = loop.set_tf32(PROG, device_args.tf32)
 
     # 2. Join the process group (torchrun's; a process started alone trains without one)
     device = accelerator_device()
@@ -689,10 +670,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     checkpoint = save_checkpoint(run, model_args, train_args, steps) if train_args.save_checkpoint else None
 
     # 8. Write the summary, last
-    meter = logger.meter
-    summary = run_dir.write_summary(
-        meter,
-        status="ok",
+    return loop.finish(
+        logger,
+        (model_args, data_args, train_args, device_args),
+        sample_flops,
         model=model_args.model_name_or_path,
         img_size=run.img_size,
         token_label_size=run.label_size,
@@ -709,15 +690,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         steps_per_epoch=len(run.loader),
         epochs_scheduled=epochs,
         checkpoint=str(checkpoint) if checkpoint else None,
-        args=arguments_dict(model_args, data_args, train_args, device_args),
         **switches,
         **run.data_info,
         **run.finetuned,
-        **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, device_args.device_peak_tflops),
     )
-    destroy_process_group()
-    return summary
 
 
 if __name__ == "__main__":

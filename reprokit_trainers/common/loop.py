@@ -1,0 +1,60 @@
+"""What the explicit training loops (VOLO, ViT) do alike before and after their loop.
+
+Before: the notices of imports and settings chosen on purpose are silenced, and TF32 is set as
+``--tf32`` asks before anything asks cuBLAS whether it may use it (precision.py). After: summary.json
+is written, last, with what every loop reports beside its own fields, and the process group is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch.distributed as dist
+
+from . import flops, precision
+from .args import MfuArguments, arguments_dict, config_error
+from .distributed import destroy_process_group
+from .steps import StepLogger
+
+
+def quiet_notices(*messages: str) -> None:
+    """Log at WARNING; silence the deprecation notices of torchvision and timm, and the warnings
+    matching ``messages`` (the trainer's own choices that a library warns about)."""
+    logging.basicConfig(level=logging.WARNING)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's JPEG decoder notice
+    warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
+    for message in messages:
+        warnings.filterwarnings("ignore", message=message)
+
+
+def set_tf32(prog: str, enabled: bool | None) -> dict[str, Any]:
+    """TF32 as asked, and the state in effect (for sysinfo.json); one that does not hold ends the
+    trainer in one line: an fp32 run that silently uses TF32 would be measured as fp32."""
+    try:
+        return precision.set_tf32(enabled)
+    except RuntimeError as error:
+        raise config_error(prog, str(error)) from None
+
+
+def finish(
+    logger: StepLogger, arguments: Sequence[Any], sample_flops: float | None, **fields: Any
+) -> dict[str, Any] | None:
+    """Write summary.json into the logger's run directory (rank 0; None elsewhere) with the trainer's
+    ``fields``, then every argument of the run (``arguments``: its parsed dataclasses), the loop's
+    final loss and the MFU; then leave the process group."""
+    meter = logger.meter
+    peak = next(parsed.device_peak_tflops for parsed in arguments if isinstance(parsed, MfuArguments))
+    world = dist.get_world_size() if dist.is_initialized() else 1  # as init_process_group returned it
+    summary = logger.run_dir.write_summary(
+        meter,
+        status="ok",
+        **fields,
+        args=arguments_dict(*arguments),
+        **logger.summary_fields(),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, peak),
+    )
+    destroy_process_group()
+    return summary
