@@ -205,8 +205,9 @@ class BenchmarkArguments(MfuArguments):
     image_pipeline: str = field(
         default="published",
         metadata={
-            "help": "published: the published CPU path; kit: fastimage.py's exact CPU path (1.4x per core); "
-            "kit-draft: its fast one (reduced decoding, area resampling: 2.3x, a few levels off); "
+            "help": "published: the published CPU path; kit: fastimage.py's exact CPU path (OpenCV's bicubic "
+            "on uint8, within 1/4 of an 8-bit level); kit-draft: its fast one (fast IDCT, a few levels off on "
+            "noisy photos; make bench prints the speeds); "
             "gpu_decode: workers ship JPEG bytes and the device decodes them",
             "choices": list(IMAGE_PIPELINES),
         },
