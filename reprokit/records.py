@@ -131,11 +131,5 @@ def read(run_dir: Path) -> RunRecord:
         or _mtime(run_dir / "sysinfo.json")
         or _mtime(run_dir / "cell.json")
     )
-    return RunRecord(
-        run_dir=run_dir,
-        cell=cell,
-        sysinfo=sysinfo,
-        summary=summary,
-        status=_status(run_dir, summary),
-        started_at=started,
-    )
+    status = _status(run_dir, summary)
+    return RunRecord(run_dir=run_dir, cell=cell, sysinfo=sysinfo, summary=summary, status=status, started_at=started)

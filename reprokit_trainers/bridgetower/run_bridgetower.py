@@ -105,11 +105,9 @@ class ModelArguments:
     model_revision: str = field(default="main", metadata={"help": "branch, tag or commit of the checkpoint"})
     model_config_json: str | None = field(
         default=None,
-        metadata={
-            "help": "BridgeTowerConfig kwargs as JSON (nested text_config / vision_config): the architecture "
-            "to build with random weights when the checkpoint cannot be loaded, or with --random_init"
-        },
-    )
+        metadata={"help": "BridgeTowerConfig kwargs as JSON (nested text_config / vision_config): the "
+                  "architecture to build with random weights when the checkpoint cannot load, or with --random_init"},
+    )  # fmt: skip
     random_init: bool = field(
         default=False, metadata={"help": "build the model from --model_config_json without trying the hub"}
     )

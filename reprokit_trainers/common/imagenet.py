@@ -328,16 +328,10 @@ def train_loader(
         sampler: Any = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
     else:
         sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    # Workers live across epochs: starting them again each epoch would show as measured data wait.
+    workers = {"num_workers": num_workers, "persistent_workers": num_workers > 0, "worker_init_fn": seed_worker}
     return torch.utils.data.DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=num_workers,
-        collate_fn=collate,
-        pin_memory=pin_memory,
-        drop_last=True,
-        persistent_workers=num_workers > 0,
-        worker_init_fn=seed_worker,
+        dataset, batch_size, sampler=sampler, collate_fn=collate, pin_memory=pin_memory, drop_last=True, **workers
     )
 
 
