@@ -192,6 +192,13 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     return ["", *variants], body
 
 
+def container_phrase(container: str | None) -> str:
+    """Where the cells ran beside how they were launched (sessions from before the axis have none)."""
+    if not container or container == "none":
+        return ", in this machine's Python" if container == "none" else ""
+    return f", in {container} containers"
+
+
 def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) -> list[Block]:
     plan = collect.session_plan(session_dir)
     scales = sorted({r.get("scale") or "-" for r in table}) or ["-"]
@@ -204,7 +211,8 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         Block(
             "p",
             f"Scale {', '.join(scales)}; accelerator {', '.join(accelerators)} "
-            f"({', '.join(devices) or 'no device reported'}); runtime {plan.get('runtime') or '-'}. "
+            f"({', '.join(devices) or 'no device reported'}); runtime {plan.get('runtime') or '-'}"
+            f"{container_phrase(plan.get('container'))}. "
             f"{ok} of {len(table)} cells completed.",
         ),
         Block(

@@ -79,6 +79,8 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
     names = {p.name for p in session_dir.glob("*.png")}
     assert names == {"throughput-fake.png", "ladder-fake.png", "curves-fake.png"}
     md = (session_dir / "report.md").read_text()
+    # Where the cells ran, beside how they were launched.
+    assert "runtime local, in this machine's Python. " in md
     for name in names:
         assert f"]({name})" in md
     # The publication-like table: a column per variant, the published rows of every device.
