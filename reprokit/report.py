@@ -346,6 +346,9 @@ def print_table(table: list[dict[str, Any]], console: Console | None = None) -> 
         speedup = "-"
         if r.get("measured_speedup") is not None or r.get("published_speedup") is not None:
             speedup = f"{_ratio(r.get('measured_speedup'))} ({_ratio(r.get('published_speedup'))})"
+            # A measured speedup beside a published one reads as a claim unless its verdict says otherwise.
+            if r.get("speedup_verdict"):
+                speedup += f" {r['speedup_verdict']}"
         view.add_row(
             escape(r.get("cell_id") or "-"),
             f"[{'green' if r.get('status') == 'ok' else 'red'}]{r.get('status') or '-'}[/]",

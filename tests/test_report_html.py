@@ -76,6 +76,8 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
     result = run_inv("report", str(session_dir))
     assert result.returncode == 0, result.stderr
     assert "reproduced" in result.stdout and "fake--broken" in result.stdout
+    # The terminal's speedups carry their verdict, as the report's do.
+    assert "1.60x (2.00x) slower" in result.stdout
     names = {p.name for p in session_dir.glob("*.png")}
     assert names == {"throughput-fake.png", "ladder-fake.png", "curves-fake.png"}
     md = (session_dir / "report.md").read_text()
