@@ -165,6 +165,38 @@ def test_names_this_machines_cpu_cores_and_memory(here):
     )
 
 
+def test_usable_memory_is_at_most_the_machines(here):
+    assert 0 < here["host_memory_usable_bytes"] <= here["host_memory_capacity_bytes"]
+
+
+def _cgroup(tmp_path: Path, membership: str, files: dict[str, str]) -> tuple[Path, Path]:
+    (tmp_path / "self").write_text(membership)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text)
+    return tmp_path / "self", tmp_path / "fs"
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "usable"),
+    [
+        # cgroup v2, a Slurm job's cgroup seen at its path
+        ("0::/system.slice/slurmstepd.scope/job_7\n", {"system.slice/slurmstepd.scope/job_7/memory.max": "8589934592\n"}, 8 * 2**30),
+        # cgroup v2 inside a container (its own cgroup at the mount's root), no limit
+        ("0::/\n", {"memory.max": "max\n"}, 64 * 2**30),
+        # cgroup v1, `docker run --memory 4g` without a cgroup namespace: the host path is not mounted
+        ("4:memory:/docker/abc\n3:cpuset:/\n", {"memory/memory.limit_in_bytes": "4294967296\n"}, 4 * 2**30),
+        # cgroup v1 without a limit: a number above any machine's memory
+        ("4:memory:/user.slice\n", {"memory/user.slice/memory.limit_in_bytes": "9223372036854771712\n"}, 64 * 2**30),
+        # no memory controller to read
+        ("1:cpu:/\n", {}, 64 * 2**30),
+    ],
+)  # fmt: skip
+def test_a_container_or_job_memory_limit_is_the_usable_memory(tmp_path, membership, files, usable):
+    cgroups, root = _cgroup(tmp_path, membership, files)
+    assert hardware._usable_memory(64 * 2**30, cgroups, root) == usable
+
+
 def test_every_field_is_a_scalar_the_host_can_flatten(here):
     assert here and all(v is None or isinstance(v, str | int | float | bool) for v in here.values())
 

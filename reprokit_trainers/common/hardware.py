@@ -94,8 +94,40 @@ def _host(missing: list[str]) -> dict[str, Any]:
         "host_numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or None,
         "host_memory_capacity": _gib(memory),
         "host_memory_capacity_bytes": memory,
+        # What this process may use: a container's or a Slurm job's memory limit, not the whole node.
+        "host_memory_usable_bytes": _usable_memory(memory),
         "operating_system": _os_name(),
     }
+
+
+def _usable_memory(
+    total: int | None, cgroups: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """The memory limit of this process's cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when it
+    is below the machine's memory, else the machine's memory."""
+    try:
+        lines = cgroups.read_text().splitlines()
+    except OSError:
+        return total
+    candidates: list[Path] = []
+    for line in lines:
+        if line.count(":") < 2:
+            continue
+        _, controllers, path = line.split(":", 2)
+        relative = path.lstrip("/")
+        if controllers == "":  # cgroup v2: one hierarchy
+            candidates += [root / relative / "memory.max", root / "memory.max"]
+        elif "memory" in controllers.split(","):
+            candidates += [root / "memory" / relative / "memory.limit_in_bytes", root / "memory" / "memory.limit_in_bytes"]
+    for candidate in candidates:
+        try:
+            text = candidate.read_text().strip()
+        except OSError:  # a container sees its own cgroup at the root of the mount, not at its host path
+            continue
+        if text.isdigit() and (total is None or int(text) < total):
+            return int(text)
+        return total  # "max", or v1's "unlimited" (a number above any machine's memory)
+    return total
 
 
 def _import(module: str, dist: str, missing: list[str]) -> Any:
