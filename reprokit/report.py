@@ -194,9 +194,9 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
 
 def container_phrase(container: str | None) -> str:
     """Where the cells ran beside how they were launched (sessions from before the axis have none)."""
-    if not container or container == "none":
-        return ", in this machine's Python" if container == "none" else ""
-    return f", in {container} containers"
+    if container == "none":
+        return ", in this machine's Python"
+    return f", in {container} containers" if container else ""
 
 
 def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) -> list[Block]:

@@ -117,23 +117,6 @@ def test_a_misspelt_key_is_caught_where_the_schema_is_closed():
         )
 
 
-def test_the_trainer_refuses_the_same_value_itself_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "reprokit_trainers.vit", "--output_dir", str(tmp_path), "--per_device_train_batch_size", "0"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1] == (
-        "run_vit.py: error: --per_device_train_batch_size: must be at least 1, got 0"
-    )
-
-
 def test_a_user_trainer_without_a_schema_is_not_checked():
     assert arguments.problems("mypackage.train", {"per_device_train_batch_size": 0}) == []
 

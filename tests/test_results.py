@@ -3,6 +3,7 @@ rows derived from run directories, and each number judged against its published 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,28 @@ def _wait_for(predicate, timeout: float = 30.0, what: str = "") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _reproducing(recipe: Path, out: Path) -> Iterator[subprocess.Popen]:
+    """`inv reproduce` in its own process group, signalled as a whole like Ctrl-C in a terminal or
+    `kill -- -PGID`; killed if the test leaves it running."""
+    proc = subprocess.Popen(
+        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
+        cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> str:
+    """Send `sig` to the kit's process group and wait for it to end; its stderr."""
+    os.killpg(proc.pid, sig)
+    return proc.communicate(timeout=60)[1]
 
 
 def _csv_rows(path: Path) -> dict[str, dict[str, str]]:
@@ -55,28 +79,14 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
         ],
     )
     out = tmp_path / "results"
-    # Its own process group, signalled as a whole, like Ctrl-C in a terminal or `kill -- -PGID`.
-    proc = subprocess.Popen(
-        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
-        cwd=ROOT,
-        env={**os.environ, **fake_env()},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    with _reproducing(recipe, out) as proc:
         _wait_for(marker.exists, what="the second cell to start")
         (session_dir,) = out.iterdir()
         runs = session_dir / "runs"
         first = runs / "fake--first" / "summary.json"
         kept = (first.read_bytes(), first.stat().st_mtime_ns)
         trainer_pid = int((runs / "fake--second" / "fake.pid").read_text())
-        os.killpg(proc.pid, sig)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stderr = _stop(proc, sig)
     assert proc.returncode == 130, stderr
     assert "--resume" in stderr and "Traceback" not in stderr
     # The running cell was stopped with the session (no orphan trainer) and recorded as such.
@@ -116,18 +126,9 @@ def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path,
         [{"name": "done", "baseline": True, "args": {"fake_rate": 123, "fake_linger": 30}}, {"name": "next"}],
     )
     out = tmp_path / "results"
-    proc = subprocess.Popen(
-        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
-        cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
+    with _reproducing(recipe, out) as proc:
         _wait_for(lambda: any(out.glob("*/runs/fake--done/summary.json")), what="the trainer's summary")
-        os.killpg(proc.pid, sig)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stderr = _stop(proc, sig)
     assert proc.returncode == 130, stderr
     (session_dir,) = out.iterdir()
     summary = json.loads((session_dir / "runs" / "fake--done" / "summary.json").read_text())

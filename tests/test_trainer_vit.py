@@ -389,15 +389,22 @@ def test_tf32_off_is_set_over_ngcs_override_and_recorded(tmp_path):
     assert run["summary"]["tf32"] is False
 
 
-def test_an_out_of_range_argument_is_one_line_and_no_run(tmp_path):
+def refused(tmp_path, *bad: str) -> subprocess.CompletedProcess:
+    """The trainer run with a bad argument into tmp_path/x; it must exit non-zero."""
     result = subprocess.run(
-        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), "--per_device_train_batch_size", "0"],
+        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), *bad],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode != 0
+    return result
+
+
+def test_an_out_of_range_argument_is_one_line_and_no_run(tmp_path):
+    """The same schema the host checks a recipe with (test_arguments.py), checked by the trainer itself."""
+    result = refused(tmp_path, "--per_device_train_batch_size", "0")
     assert result.stderr.strip().splitlines()[-1] == (
         "run_vit.py: error: --per_device_train_batch_size: must be at least 1, got 0"
     )
@@ -405,13 +412,6 @@ def test_an_out_of_range_argument_is_one_line_and_no_run(tmp_path):
 
 
 def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
-    result = subprocess.run(
-        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "x"), "--amp", "fp8"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
+    result = refused(tmp_path, "--amp", "fp8")
     assert result.stderr == "run_vit.py: error: --amp: must be one of no, fp16, bf16, pure_fp16; got 'fp8'\n"
     assert not (tmp_path / "x" / "summary.json").exists()

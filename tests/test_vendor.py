@@ -27,6 +27,17 @@ def profile():
     return real.model_copy(update={"vendor": Vendor(folder=real.vendor.folder, why=real.vendor.why, files=files)})
 
 
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """The stand-in files served over HTTP where the build fetches vendor files from."""
+    (tmp_path / "mirror").mkdir()
+    for name, data in FILES.items():
+        (tmp_path / "mirror" / name).write_bytes(data)
+    with serve_directory(tmp_path / "mirror", port=0) as url:
+        monkeypatch.setenv("REPROKIT_VENDOR_MIRROR", url)
+        yield url
+
+
 def test_the_gaudi2_profile_pins_the_mediapipe_modules_by_tag_and_checksum():
     pinned = accelerators.get("gaudi2").vendor
     assert {f.name for f in pinned.files} == {"habana_dataloader_trainer.py", "clip_mediapipe_dataloader.py", "clip_media_pipe.py"}
@@ -34,13 +45,8 @@ def test_the_gaudi2_profile_pins_the_mediapipe_modules_by_tag_and_checksum():
     assert all(len(f.sha256) == 64 for f in pinned.files)
 
 
-def test_fetched_files_go_into_the_context_where_the_trainer_imports_them(profile, tmp_path, monkeypatch):
-    (tmp_path / "mirror").mkdir()
-    for name, data in FILES.items():
-        (tmp_path / "mirror" / name).write_bytes(data)
-    with serve_directory(tmp_path / "mirror", port=0) as url:
-        monkeypatch.setenv("REPROKIT_VENDOR_MIRROR", url)
-        fetched = vendor.files(profile)
+def test_fetched_files_go_into_the_context_where_the_trainer_imports_them(profile, mirror):
+    fetched = vendor.files(profile)
     files = images.context_files(profile, fetched)
     assert files[f"vendor/{profile.vendor.folder}/clip_media_pipe.py"] == FILES["clip_media_pipe.py"]
     dockerfile = files["Dockerfile"].decode()
@@ -69,13 +75,8 @@ def test_an_offline_build_says_how_to_stage_what_it_lacks(profile, tmp_path, mon
     assert "`inv wheelhouse --accelerator gaudi2 --dest DIR`" in message and "--without-vendor" in message
 
 
-def test_staging_writes_the_checked_files_beside_the_wheels(profile, tmp_path, monkeypatch):
-    (tmp_path / "mirror").mkdir()
-    for name, data in FILES.items():
-        (tmp_path / "mirror" / name).write_bytes(data)
-    with serve_directory(tmp_path / "mirror", port=0) as url:
-        monkeypatch.setenv("REPROKIT_VENDOR_MIRROR", url)
-        staged = vendor.stage(profile, tmp_path / "wheelhouse")
+def test_staging_writes_the_checked_files_beside_the_wheels(profile, mirror, tmp_path, monkeypatch):
+    staged = vendor.stage(profile, tmp_path / "wheelhouse")
     assert sorted(p.name for p in staged) == sorted(FILES)
     monkeypatch.delenv("REPROKIT_VENDOR_MIRROR")
     assert set(vendor.files(profile, tmp_path / "wheelhouse")) == {f"vendor/{profile.vendor.folder}/{n}" for n in FILES}
