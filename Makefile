@@ -15,9 +15,9 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 # The stamp changes only when the pins do, so a second `make` installs nothing.
-$(VENV)/.installed: pyproject.toml reprokit/accelerators/locks/cpu.txt | $(BIN)/activate
+$(VENV)/.installed: pyproject.toml docker/locks/cpu.txt | $(BIN)/activate
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[train,mlflow,dev]" -c reprokit/accelerators/locks/cpu.txt
+	$(BIN)/pip install --quiet -e ".[train,mlflow,dev]" -c docker/locks/cpu.txt
 	touch $@
 
 reproduce: $(VENV)/.installed  ## rerun every recipe at the scale that fits this machine
@@ -27,11 +27,11 @@ images: $(VENV)/.installed  ## build the image of this machine's accelerator (AC
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
 test: $(VENV)/.installed  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
-	$(BIN)/ruff check reprokit reprokit_trainers tests tasks.py benchmarks
+	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 	$(BIN)/pytest -q -ra $(ARGS)
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check reprokit reprokit_trainers tests tasks.py benchmarks
+	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 
 report: $(VENV)/.installed  ## rewrite the newest session's report
 	$(INV) report $$(ls -d results/*/ | sort | tail -n 1)

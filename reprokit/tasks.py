@@ -269,7 +269,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
 @task(
     help={
         "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
-        "write": "write the resolved set as the profile's lock (reprokit/accelerators/locks/<accelerator>.txt)",
+        "write": "write the resolved set as the profile's lock (docker/locks/<accelerator>.txt)",
         "check": "resolve with the lock as constraints and fail when it no longer holds",
     }
 )

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateError
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from . import __version__
 from .errors import ReprokitError
 
 
-def render(package: str, folder: str, template: str, **context) -> str:
-    """Render `template` from `folder` of `package` (importlib resources, so an installed kit works)."""
+def render(folder: Path, template: str, **context) -> str:
+    """Render `template` from `folder` (the kit's docker/ folder, or a module's templates)."""
     env = Environment(
-        loader=PackageLoader(package, folder),
+        loader=FileSystemLoader(str(folder)),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -41,7 +41,7 @@ def recipe_file(tmp_path):
         if raw is not None:
             path.write_text(raw)
             return path
-        data = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+        data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
         for key in drop:
             data.pop(key)
         data.update(changes or {})

@@ -48,7 +48,7 @@ def _schema_type(annotation: typing.Any) -> tuple[str | None, bool]:
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_each_schema_names_only_real_arguments_with_their_types(trainer):
-    found = schema.load(ROOT / "reprokit_trainers" / trainer)
+    found = schema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
     fields = _fields(trainer)
     for name, rule in found["arguments"].items():
         assert name in fields, f"{trainer}/arguments.json: {name} is not an argument of the trainer"
@@ -64,7 +64,7 @@ def test_each_schema_names_only_real_arguments_with_their_types(trainer):
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_default_satisfies_its_rule(trainer):
-    found = schema.load(ROOT / "reprokit_trainers" / trainer)
+    found = schema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
     defaults = {}
     for name, f in _fields(trainer).items():
         if name in found["arguments"] and f.default is not dataclasses.MISSING:

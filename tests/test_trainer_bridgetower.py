@@ -314,7 +314,7 @@ def test_the_logit_scale_is_pinned_when_the_architecture_omits_it():
 
 def test_the_recipe_architectures_build():
     yaml = pytest.importorskip("yaml")
-    recipe = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
     published = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
     assert run_bridgetower.count_parameters(published) == pytest.approx(866.6e6, abs=0.05e6)
     for name, scale in recipe["scales"].items():
@@ -376,7 +376,7 @@ def test_a_value_outside_the_argument_schema_is_refused_in_one_line(tmp_path):
 
 def test_the_recipes_gaudi_config_is_the_trainers_own_file_with_habana_clips_switches():
     resolved = gaudi.resolve_gaudi_config("gaudi_configs/clip.json")
-    shipped = ROOT / "reprokit_trainers" / "bridgetower" / "gaudi_configs" / "clip.json"
+    shipped = ROOT / "scripts" / "reprokit_trainers" / "bridgetower" / "gaudi_configs" / "clip.json"
     assert resolved.path == shipped.resolve()
     assert resolved.settings == {
         "use_fused_adam": True,
@@ -539,7 +539,7 @@ def test_synthetic_cartoons_take_their_sizes_from_one_place_and_weigh_what_real_
     data = run_bridgetower.DataTrainingArguments()
     assert data.synthetic_image_width == list(CARTOON_WIDTHS) == [800, 1680]
     assert data.synthetic_image_height == list(CARTOON_HEIGHTS)
-    recipe = yaml.safe_load((ROOT / "reprokit" / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
     assert not {"image_width", "image_height"} & set(recipe["dataset"]["synthetic"])
     # About 56 KB a row: 548 MB of parquet shards for 9,792 train rows.
     rng = np.random.default_rng(0)

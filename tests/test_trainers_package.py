@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PACKAGE = ROOT / "reprokit_trainers"
+PACKAGE = ROOT / "scripts" / "reprokit_trainers"
 HOST = "reprokit"
 RECIPES = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit-speedups"}  # trainer -> its recipe
 
@@ -76,7 +76,7 @@ def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_comman
         readme = (folder / "README.md").read_text()
         assert f"python -m reprokit_trainers.{name} " in readme and "torchrun --standalone" in readme
         assert "## Departures" in readme
-        published = yaml.safe_load((ROOT / "reprokit" / "recipes" / f"{recipe}.yaml").read_text()).get(
+        published = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text()).get(
             "published_commands"
         )
         for entry in published or []:

@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import __version__, trainers
 from ..accelerators import Profile
 from ..errors import ReprokitError
+from ..layout import DOCKER
 from ..recipes import TRAINERS_PACKAGE
 from ..templating import render
 from . import vendor
@@ -25,8 +26,7 @@ SKIPPED = ("__pycache__", ".pyc", ".pyo")
 def dockerfile(profile: Profile, with_vendor: bool = True) -> str:
     protect = [re.sub(r"[-_.]+", "[-_.]", name) for name in profile.base_manifest.protect]
     return render(
-        __package__,
-        "dockerfiles",
+        DOCKER,
         "Dockerfile.j2",
         profile=profile,
         protect_pattern="|".join(protect) or "(none)",

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from ..accelerators import Profile
 from ..cells import Cell, shell_args
 from ..handles import Handle, NoOptions
+from ..layout import JOBS
 from ..templating import render
 
 
@@ -57,7 +58,7 @@ class Runtime(ABC):
 
 def run_script(cell: Cell, profile: Profile) -> str:
     return render(
-        __package__, "templates", "run.sh.j2", cell=cell, profile=profile, args=shell_args(cell.argv())
+        JOBS, "run.sh.j2", cell=cell, profile=profile, args=shell_args(cell.argv())
     )
 
 

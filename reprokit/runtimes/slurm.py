@@ -23,6 +23,7 @@ from ..accelerators import Profile
 from ..cells import Cell
 from ..errors import ReprokitError
 from ..handles import Ended, Handle, wait_for
+from ..layout import JOBS
 from ..recipes import load as load_recipe
 from ..templating import render
 from .base import Runtime, write_run_dir_inputs
@@ -269,8 +270,7 @@ class SlurmRuntime(Runtime):
         # The session folder (runs/<cell>/..): a cell reads its producers' checkpoints beside it.
         mount = (mount or run_dir.parent.parent).resolve()
         return render(
-            __package__,
-            "templates",
+            JOBS,
             "sbatch.j2",
             cell=cell,
             profile=profile,
@@ -290,7 +290,7 @@ class SlurmRuntime(Runtime):
         if profile.launcher == "torchrun":
             wrapper = run_dir / "bind-rank.sh"
             wrapper.write_text(
-                render(__package__, "templates", "bind-rank.sh.j2", cell=cell, profile=profile)
+                render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile)
             )
             wrapper.chmod(0o755)
         script = run_dir / "sbatch.sh"

@@ -13,17 +13,17 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import ReprokitError
-from ..throughput import Definition
+from .errors import ReprokitError
+from .layout import RECIPES
+from .throughput import Definition
 
-RECIPES_DIR = Path(str(files(__name__)))
+RECIPES_DIR = RECIPES
 SCALES = ("published", "smoke")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # A kit trainer by name (reprokit_trainers.<name>), or a dotted module path of the user's own.

@@ -7,19 +7,19 @@ import re
 import shutil
 import subprocess
 from functools import cache
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ReprokitError
-from ..recipes import _format_errors
+from .errors import ReprokitError
+from .layout import DOCKER
+from .recipes import _format_errors
 
-PROFILES_FILE = Path(str(files(__name__))) / "accelerators.yaml"
-BASES_FILE = Path(str(files(__name__))) / "bases.yaml"
-LOCKS_DIR = Path(str(files(__name__))) / "locks"
+PROFILES_FILE = DOCKER / "accelerators.yaml"
+BASES_FILE = DOCKER / "bases.yaml"
+LOCKS_DIR = DOCKER / "locks"
 # Detection order: the most specific hardware first; cpu always matches.
 DETECTION_ORDER = ("gaudi2", "cuda", "cpu")
 

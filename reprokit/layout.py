@@ -1,0 +1,27 @@
+"""Where the kit's own folders are: `recipes/`, `docker/` and `scripts/jobs/` at the top of a
+checkout, read in place, or inside the installed package (`reprokit/bundle/`), where the wheel
+carries them. (The trainers, `scripts/reprokit_trainers/`, are a package of their own: trainers.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ReprokitError
+
+PACKAGE = Path(__file__).resolve().parent
+# The wheel maps the checkout's top-level folders here (pyproject.toml, package-dir); a checkout has none.
+BUNDLE = PACKAGE / "bundle"
+
+
+def folder(name: str, in_checkout: str | None = None) -> Path:
+    """The kit's folder `name` (in a checkout: `in_checkout`, default the same), wherever it runs from."""
+    for candidate in (BUNDLE / name, PACKAGE.parent / (in_checkout or name)):
+        if candidate.is_dir():
+            return candidate
+    raise ReprokitError(f"the kit's {name}/ folder is missing from {PACKAGE.parent} (reinstall reprokit)")
+
+
+RECIPES = folder("recipes")
+DOCKER = folder("docker")
+# The job scripts the host renders: run.sh (what a container runs), sbatch.sh, bind-rank.sh.
+JOBS = folder("jobs", "scripts/jobs")
