@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import RunRecord
+from .records import QUALITY, THROUGHPUT, Departure, RunRecord
 from .throughput import DEFINITIONS, LENGTH_DEPENDENT
 
 # Verdicts, in the words every output uses.
@@ -68,22 +68,29 @@ def verdict(ratio: float | None, tolerance: float, reasons: list[str]) -> str:
     return FASTER if ratio > 1.0 else SLOWER
 
 
-def departures(record: RunRecord) -> list[str]:
-    """What the run did other than its publication, as the trainer recorded it (and, for runs of a
-    version-1 trainer, as its summary's own fields show)."""
-    found: list[str] = []
+def departures(record: RunRecord) -> list[Departure]:
+    """What the run did other than its publication: the trainer's record, the scale it ran at, and
+    each switch its variant asked for that was not in effect (and, for runs of a version-1 trainer,
+    what its summary's own fields show)."""
+    found: list[Departure] = []
+
+    def add(reason: str, kind: str = THROUGHPUT) -> None:
+        if reason not in (d.reason for d in found):
+            found.append(Departure(reason=reason, kind=kind))
+
     if record.cell.scale not in (None, "published"):
-        found.append(f"{record.cell.scale} scale")
+        add(f"{record.cell.scale} scale")
     summary = record.summary
     if summary is None:
         return found
-    found += [d for d in summary.departures if d not in found]
+    for departure in summary.departures:
+        add(departure.reason, departure.kind)
     extra = summary.model_extra or {}
     if summary.schema_version < 2:
         if extra.get("data_source") == "synthetic" or extra.get("data") == "synthetic":
-            found.append("synthetic data")
+            add("synthetic data")
         if extra.get("model_source") == "random":
-            found.append("random weights")
+            add("random weights", QUALITY)
     args = record.cell.args
     for arg, (recorded, label) in SWITCHES.items():
         asked = args.get(arg)
@@ -91,10 +98,26 @@ def departures(record: RunRecord) -> list[str]:
             continue
         ran = extra[recorded]
         if (asked is True and ran is not True) or (asked is not True and str(ran) != str(asked)):
-            text = f"{label} not in effect (asked {asked}, ran {ran})"
-            if text not in found:
-                found.append(text)
+            add(f"{label} not in effect (asked {asked}, ran {ran})")
     return found
+
+
+def blocking(found: list[Departure] | list[dict[str, Any]]) -> list[str]:
+    """The reasons that stop a verdict: departures that change the measured quantity."""
+    return [_reason(d) for d in found if _kind(d) == THROUGHPUT]
+
+
+def beside(found: list[Departure] | list[dict[str, Any]]) -> list[str]:
+    """The departures shown beside a verdict: they change what the model learns, not the speed."""
+    return [_reason(d) for d in found if _kind(d) == QUALITY]
+
+
+def _reason(d: Departure | dict[str, Any]) -> str:
+    return d.reason if isinstance(d, Departure) else d["reason"]
+
+
+def _kind(d: Departure | dict[str, Any]) -> str:
+    return d.kind if isinstance(d, Departure) else d.get("kind", THROUGHPUT)
 
 
 def length_reasons(record: RunRecord, definition: str | None) -> list[str]:
@@ -118,6 +141,7 @@ class Judgement:
     verdict: str
     reasons: list[str] = field(default_factory=list)
     measurements: dict[str, float | None] = field(default_factory=dict)
+    departures: list[Departure] = field(default_factory=list)
 
 
 def normalization(world: int, reference: dict[str, Any] | None) -> str | None:
@@ -139,7 +163,8 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
     if reference is not None and definition is None:  # a version-1 cell.json: its references had none
         definition = STEADY
     measured = measurements.get(definition) if definition else None
-    reasons = departures(record) + length_reasons(record, definition)
+    found = departures(record)
+    reasons = blocking(found) + length_reasons(record, definition)
     if ok and reference is not None and measured is None:
         reasons.append(f"the run recorded no {definition} figure")
         measured = measurements.get(STEADY)
@@ -157,6 +182,7 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         verdict=outcome if ok else NO_RESULT,
         reasons=why if ok else [],
         measurements=measurements,
+        departures=found,
     )
 
 
@@ -180,10 +206,14 @@ def judge_value(
 
 
 def verdict_text(row: dict[str, Any], key: str = "verdict", reasons_key: str = "verdict_reasons") -> str:
-    """A verdict as people read it: `not comparable (smoke scale; synthetic data)`."""
+    """A verdict as people read it: `not comparable (smoke scale; synthetic data)`, and what the run
+    did that changes only what the model learns: `reproduced; quality only: random weights`."""
     text = row.get(key) or "-"
     why = row.get(reasons_key)
-    return f"{text} ({why})" if why and text == NOT_COMPARABLE else text
+    if why and text == NOT_COMPARABLE:
+        text = f"{text} ({why})"
+    quality = row.get("quality_departures") if key == "verdict" else None
+    return f"{text}; quality only: {quality}" if quality and row.get(key) else text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +263,7 @@ def speedups(rows: list[dict[str, Any]]) -> None:
         r["speedup_definition"] = definition
         if r.get("measured_speedup") is not None and r.get("published_speedup") is not None:
             # Both runs must have done what the publication did for their ratio to be judged.
-            reasons = list(dict.fromkeys([*r.get("departures", []), *base.get("departures", [])]))
+            reasons = list(dict.fromkeys(blocking(r.get("departures", [])) + blocking(base.get("departures", []))))
             reasons += length_reasons_of(r, definition) + length_reasons_of(base, definition)
             ratio = r["measured_speedup"] / r["published_speedup"]
             r["speedup_verdict"] = verdict(ratio, r["tolerance"], reasons)

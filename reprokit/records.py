@@ -12,12 +12,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import rundirs
 
 # 2: throughput per definition, departures from the publication, switches in effect, --data paths.
-SCHEMA_VERSION = 2
+# 3: each departure has a kind (throughput: no verdict; quality: shown beside the verdict).
+SCHEMA_VERSION = 3
+THROUGHPUT, QUALITY = "throughput", "quality"
 
 
 class Record(BaseModel):
@@ -58,6 +60,14 @@ class SysInfo(Record):
     versions: dict[str, Any] = Field(default_factory=dict)
 
 
+class Departure(BaseModel):
+    """What a run did other than its publication, and whether that changes the measured quantity."""
+
+    model_config = ConfigDict(frozen=True)
+    reason: str
+    kind: str = THROUGHPUT
+
+
 class Summary(Record):
     status: str | None = None
     samples_per_second: float | None = None
@@ -65,12 +75,18 @@ class Summary(Record):
     # definition -> {"value": ..., and how it was counted} (throughput.DEFINITIONS)
     throughput: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # What the run did other than the publication (synthetic data, random weights, a switch not in effect).
-    departures: list[str] = Field(default_factory=list)
+    departures: list[Departure] = Field(default_factory=list)
     world_size: int | None = None
     num_nodes: int | None = None
     steps: int | None = None
     error: str | None = None
     finished_at: str | None = None
+
+    @field_validator("departures", mode="before")
+    @classmethod
+    def _kinded(cls, value: Any) -> Any:
+        # Before schema 3 a departure was its reason alone, and every one blocked the verdict.
+        return [{"reason": d} if isinstance(d, str) else d for d in value or []]
 
     def measured(self, definition: str) -> float | None:
         """The global rate under `definition`, from this summary or, for a version-1 one, its fields."""

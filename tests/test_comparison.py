@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import cells, collect, recipes
+from reprokit import cells, collect, comparison, recipes, records
 from reprokit.records import SCHEMA_VERSION
 
 
@@ -59,12 +59,36 @@ def test_gaudi2_figures_are_judged_by_gaudi_trainers_own_formula(tmp_path):
     assert row["verdict"] == "reproduced" and row["normalization"] == "same device count (8)"
 
 
+def _departures(*found: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"reason": reason, "kind": kind} for reason, kind in found]
+
+
 def test_a_published_scale_cell_on_synthetic_data_is_not_comparable(tmp_path):
     cell = _cuda_cell("workers2")
-    summary = {**_measured(after=90.0, whole=74.0), "departures": ["synthetic data", "random weights"]}
+    departures = _departures(("synthetic data", "throughput"), ("random weights", "quality"))
+    summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "synthetic data; random weights")
+    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "synthetic data")
+    assert row["quality_departures"] == "random weights"
     assert row["ratio_per_device"] is None and row["measured"] == 74.0  # the number stays, unjudged
+
+
+def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it(tmp_path):
+    # Throughput does not depend on the weights: a finetune from the kit's own short pretraining is judged.
+    cell = _cuda_cell("workers2")
+    departures = _departures(("random weights", "quality"), ("offline tokenizer", "quality"))
+    summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
+    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    assert row["verdict"] in ("reproduced", "faster", "slower") and row["verdict_reasons"] is None
+    assert row["ratio_per_device"] is not None
+    assert comparison.verdict_text(row) == f"{row['verdict']}; quality only: random weights; offline tokenizer"
+
+
+def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_path):
+    cell = _cuda_cell("workers2")
+    summary = {**_measured(after=90.0, whole=74.0), "departures": ["random weights"]}
+    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "random weights")
 
 
 def test_a_version_one_summary_with_synthetic_data_is_not_comparable_either(tmp_path):
@@ -118,7 +142,7 @@ def test_speedups_are_over_the_baseline_of_the_same_group(tmp_path):
 
 
 def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
-    from reprokit import comparison, records
+    from reprokit import comparison
 
     (cell,) = [
         c for c in cells.expand(recipes.load("vit-speedups"), "vit-speedups", "cuda", "published", devices=8)
@@ -127,4 +151,6 @@ def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
     summary = {**_measured(after=3000.0, whole=2500.0), "torch_compile": False}
     record = records.read(_run_dir(tmp_path, cell, "NVIDIA A100-SXM4-80GB", summary, world=8))
     # pycls's flag is --compile; the trainer records what was in effect as torch_compile.
-    assert comparison.departures(record) == ["torch.compile not in effect (asked True, ran False)"]
+    assert comparison.departures(record) == [
+        records.Departure(reason="torch.compile not in effect (asked True, ran False)", kind="throughput")
+    ]

@@ -77,18 +77,22 @@ def test_summary_holds_each_definition_departures_and_switches_and_the_csv_its_t
         meter.step_end(10, boundary=step % 3 == 0 or step == 6)
         if step % 3 == 0:
             run_dir.log_step(meter, loss=1.0)
-    run_dir.depart("synthetic data")
-    run_dir.depart("synthetic data")
+    run_dir.depart("synthetic data", rundir.THROUGHPUT)
+    run_dir.depart("synthetic data", rundir.THROUGHPUT)
+    run_dir.depart("random weights", rundir.QUALITY)
     summary = run_dir.write_summary(
         meter, throughput={"gaudi_trainer": rundir.figure(35, 3.5, "formula")}, loader="torch"
     )
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary, default=str))
-    assert written["schema_version"] == 2
+    assert written["schema_version"] == rundir.SCHEMA_VERSION
     assert set(written["throughput"]) == {"after_warmup", "whole_run", "gaudi_trainer"}
     assert written["throughput"]["after_warmup"]["samples"] == 40
     assert written["throughput"]["gaudi_trainer"]["value"] == pytest.approx(10.0)
-    assert written["departures"] == ["synthetic data"]
+    assert written["departures"] == [
+        {"reason": "synthetic data", "kind": "throughput"},
+        {"reason": "random weights", "kind": "quality"},
+    ]
     assert written["loader"] == "torch"
     assert written["peak_memory_of"] == "host resident set"
     rows = list(csv.DictReader((tmp_path / "throughput.csv").open()))

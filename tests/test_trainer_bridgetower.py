@@ -142,7 +142,11 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert summary["samples_per_second"] == summary["throughput"]["after_warmup"]["value"] > 0
     assert summary["trainer_metrics"]["train_samples_per_second"] == summary["train_samples_per_second"] > 0
     # What ran other than the publication, and the switches in effect.
-    assert summary["departures"] == ["random weights", "offline tokenizer", "synthetic data"]
+    assert summary["departures"] == [
+        {"reason": "random weights", "kind": "quality"},
+        {"reason": "offline tokenizer", "kind": "quality"},
+        {"reason": "synthetic data", "kind": "throughput"},
+    ]
     assert (summary["mediapipe"], summary["loader"], summary["image_pipeline"]) == (
         False,
         "torch",
@@ -193,15 +197,15 @@ def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_
         summary["data_source"] == "synthetic"
         and "newyorker_caption_contest" in summary["data_fallback_reason"]
     )
-    assert summary["departures"] == [
-        "random weights",
-        "model fallback: the checkpoint could not be loaded (model_fallback_reason)",
-        "offline tokenizer",
-        "synthetic data",
-        "data fallback: jmhessel/newyorker_caption_contest could not be loaded (data_fallback_reason)",
+    assert [(d["reason"], d["kind"]) for d in summary["departures"]] == [
+        ("random weights", "quality"),
+        ("model fallback: the checkpoint could not be loaded (model_fallback_reason)", "quality"),
+        ("offline tokenizer", "quality"),
+        ("synthetic data", "throughput"),
+        ("data fallback: jmhessel/newyorker_caption_contest could not be loaded (data_fallback_reason)", "throughput"),
     ]
     assert summary["image_pipeline"] == "kit-draft" and summary["mediapipe"] is False
-    assert "[reprokit] departure from the publication: synthetic data" in result.stdout
+    assert "[reprokit] departure from the publication (throughput): synthetic data" in result.stdout
 
 
 def test_each_throughput_definition_counts_what_its_publication_counted(tmp_path):

@@ -364,7 +364,7 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
         assert str(summary[flag.removeprefix("--")]) == value
     # What the host compares with the cell's asks, and why a synthetic run is not comparable.
     assert summary["torch_compile"] is False and summary["loader"] == "torch"
-    assert summary["departures"] == ["synthetic data"]
+    assert summary["departures"] == [{"reason": "synthetic data", "kind": "throughput"}]
     rows = list(csv.DictReader((out / "throughput.csv").open()))
     assert [int(r["step"]) for r in rows] == [2, 4]
     assert {r["steps_total"] for r in rows} == {"4"}

@@ -59,7 +59,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from reprokit_trainers.common import flops
 from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
-from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.synthetic import (
     CARTOON_HEIGHTS,
     CARTOON_WIDTHS,
@@ -775,7 +775,9 @@ def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_
         training_args.report_to = ["tensorboard"]
     if training_args.remove_unused_columns:
         # The Trainer would drop the image column the on-the-fly transform reads (published: =False).
-        run_dir.depart("remove_unused_columns forced off (the image transform reads the image column)")
+        run_dir.depart(
+            "remove_unused_columns forced off (the image transform reads the image column)", THROUGHPUT
+        )
         training_args.remove_unused_columns = False
 
 
@@ -895,16 +897,17 @@ def record_departures(
 ) -> None:
     """What this run uses other than the publication's checkpoint, tokenizer and data."""
     if model_source == "random":
-        run_dir.depart("random weights")
+        run_dir.depart("random weights", QUALITY)
         if model_fallback != "--random_init":
-            run_dir.depart("model fallback: the checkpoint could not be loaded (model_fallback_reason)")
+            run_dir.depart("model fallback: the checkpoint could not be loaded (model_fallback_reason)", QUALITY)
     if tokenizer_source != "hub":
-        run_dir.depart("offline tokenizer")
+        # Captions are padded to max_seq_length whatever the vocabulary: the step's shapes are the same.
+        run_dir.depart("offline tokenizer", QUALITY)
     if data_source == "synthetic":
-        run_dir.depart("synthetic data")
+        run_dir.depart("synthetic data", THROUGHPUT)
         if not data_args.synthetic_data and data_args.dataset_name:
             run_dir.depart(
-                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)"
+                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)", THROUGHPUT
             )
 
 

@@ -36,7 +36,13 @@ from . import hardware
 from .distributed import is_main_process, world_size
 
 # 2: throughput per definition, departures, switches in effect, steps_total in throughput.csv.
-SCHEMA_VERSION = 2
+# 3: each departure has a kind: what changes the measured quantity, or only the run's quality.
+SCHEMA_VERSION = 3
+
+# A departure's kind. THROUGHPUT: it changes what is measured (data sizes, a loader, a switch, the
+# device count), so no verdict is given. QUALITY: it changes only what the model learns (weights, a
+# tokenizer's vocabulary, an optimizer constant), so the verdict stands and the departure is shown.
+THROUGHPUT, QUALITY = "throughput", "quality"
 
 THROUGHPUT_FIELDS = [
     "step",
@@ -230,8 +236,8 @@ class RunDir:
         self._csv = None
         self._writer = None
         self._tb = None
-        # What the run did other than its publication, in the words the verdict shows.
-        self.departures: list[str] = []
+        # What the run did other than its publication, in the words the verdict shows, with its kind.
+        self.departures: list[dict[str, str]] = []
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
             (self.path / "tensorboard").mkdir(exist_ok=True)
@@ -245,13 +251,16 @@ class RunDir:
         cell_file = self.path / "cell.json"
         return json.loads(cell_file.read_text()) if cell_file.exists() else {}
 
-    def depart(self, reason: str) -> None:
-        """Record that the run does something other than what its recipe asked (synthetic data,
-        random weights, a loader that fell back): the host's verdict is then `not comparable`."""
-        if reason not in self.departures:
-            self.departures.append(reason)
+    def depart(self, reason: str, kind: str) -> None:
+        """Record that the run does something other than what its recipe asked. A THROUGHPUT
+        departure (synthetic data, a loader that fell back) makes the host's verdict `not
+        comparable`; a QUALITY one (random weights) is shown beside the verdict."""
+        if kind not in (THROUGHPUT, QUALITY):
+            raise ValueError(f"departure kind {kind!r}: {THROUGHPUT} or {QUALITY}")
+        if reason not in (d["reason"] for d in self.departures):
+            self.departures.append({"reason": reason, "kind": kind})
             if self.main:
-                print(f"[reprokit] departure from the publication: {reason}", flush=True)
+                print(f"[reprokit] departure from the publication ({kind}): {reason}", flush=True)
 
     def write_sysinfo(self, **extra: Any) -> None:
         if not self.main:

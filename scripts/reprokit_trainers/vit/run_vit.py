@@ -53,7 +53,7 @@ from torch import nn
 from reprokit_trainers.common import flops, imagenet, loop
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
-from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.steps import StepLogger
 
 from .model import ViT, vit_config
@@ -457,11 +457,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer=PROG, precision=tf32)
     if data_info["data"] == "synthetic":
-        run_dir.depart("synthetic data")
+        run_dir.depart("synthetic data", THROUGHPUT)
     eps = optimizer.defaults.get("eps")
     if eps is not None and eps != train_args.adam_epsilon:
         run_dir.depart(
-            f"AdamW eps {eps:g} instead of {train_args.adam_epsilon:g} (fp16 arithmetic, not fused)"
+            f"AdamW eps {eps:g} instead of {train_args.adam_epsilon:g} (fp16 arithmetic, not fused)", QUALITY
         )
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world

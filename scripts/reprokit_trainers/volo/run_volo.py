@@ -40,7 +40,7 @@ import torch.distributed as dist
 from reprokit_trainers.common import flops, imagenet, loop, randaugment
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import accelerator_device, init_process_group, is_main_process, log
-from reprokit_trainers.common.rundir import RunDir
+from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.steps import StepLogger
 
 from . import tokenlabel
@@ -597,14 +597,16 @@ def sum_over_ranks(count: int, device: torch.device) -> int:
 def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> None:
     """What this run does other than the publication: the host's verdict is then not comparable."""
     if run.data_info["data"] == "synthetic":
-        run_dir.depart("synthetic data")
+        run_dir.depart("synthetic data", THROUGHPUT)
     if not data_args.token_label_data:
-        run_dir.depart("synthetic token labels (no NFNet-F6 label maps given)")
+        # Made in memory instead of read and decoded from the label files: less work per sample.
+        run_dir.depart("synthetic token labels (no NFNet-F6 label maps given)", THROUGHPUT)
     finetuned_from = pretraining_departure(run.finetuned.get("pretraining"))
     if finetuned_from:
-        run_dir.depart(finetuned_from)
+        # The weights a finetune starts from change what it learns, not how fast a step runs.
+        run_dir.depart(finetuned_from, QUALITY)
     for reason in getattr(run.loader, "departures", ()):  # what the DALI loader does unlike timm
-        run_dir.depart(reason)
+        run_dir.depart(reason, THROUGHPUT)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
