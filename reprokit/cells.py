@@ -58,6 +58,10 @@ class Cell:
     repeat: int = 1
     repeats: int = 1
     series_id: str = ""
+    # The software this cell must run to be judged (recipe published_software + the variant's own),
+    # and, for a variant beyond the publication, the published variant it is measured against.
+    software: dict[str, str] = field(default_factory=dict)
+    beyond: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -217,6 +221,8 @@ def expand(
                 recipe_hash=digest,
                 kit_revision=revision,
                 id_suffix=id_suffix,
+                software=recipe.expected_software(variant),
+                beyond=variant.beyond,
             )
         )
     return _dependency_order(cells)

@@ -24,6 +24,9 @@ from .throughput import DEFINITIONS, LENGTH_DEPENDENT
 # Verdicts, in the words every output uses.
 REPRODUCED, FASTER, SLOWER = "reproduced", "faster", "slower"
 NO_REFERENCE, NOT_COMPARABLE, NO_RESULT = "no reference", "not comparable", "no result"
+# A variant beyond the publication (today's faster software) has no published figure of its own: its
+# number is read as a speedup over the published variant it goes beyond.
+BEYOND = "beyond the publication"
 STEADY = "after_warmup"
 # Switches a variant asks for, and the summary field that says whether the trainer had them in effect.
 SWITCHES = {
@@ -99,6 +102,22 @@ def departures(record: RunRecord) -> list[Departure]:
         ran = extra[recorded]
         if (asked is True and ran is not True) or (asked is not True and str(ran) != str(asked)):
             add(f"{label} not in effect (asked {asked}, ran {ran})")
+    for reason in software_departures(record.cell.software, summary.software):
+        add(reason)
+    return found
+
+
+def software_departures(expected: dict[str, str], ran: dict[str, Any]) -> list[str]:
+    """Where a published cell ran other software than its publication (`attention: sdpa, published:
+    math`): a different kernel is a different measured quantity. A key the trainer did not record
+    cannot be shown to match."""
+    found = []
+    for key, published in expected.items():
+        value = ran.get(key)
+        if value is None:
+            found.append(f"{key}: not recorded, published: {published}")
+        elif str(value) != str(published):
+            found.append(f"{key}: {value}, published: {published}")
     return found
 
 
@@ -171,6 +190,8 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
     ref_per_device = per_device(reference)
     mine = measured / world if measured is not None else None
     ratio, outcome, why = judge_value(mine, ref_per_device, float(record.cell.tolerance or 0.10), reasons)
+    if record.cell.beyond:
+        ratio, outcome, why = None, BEYOND, []
     return Judgement(
         definition=definition,
         measured=measured,
@@ -273,6 +294,32 @@ def speedups(rows: list[dict[str, Any]]) -> None:
     for base in baselines.values():
         if base.get("measured_per_device") is not None:
             base["measured_speedup"] = base["published_speedup"] = 1.0
+    beyond_speedups(rows)
+
+
+def beyond_speedups(rows: list[dict[str, Any]]) -> None:
+    """A variant beyond the publication over the published variant it goes beyond, both measured in
+    this session at the same scale and node count, under the published variant's definition: what
+    today's software buys on the old recipe. The published variant's own verdict says whether it ran
+    the publication's software."""
+    published = {
+        (r["recipe"], r["variant"], r.get("scale"), r.get("nodes")): r for r in rows if not r.get("beyond")
+    }
+    for r in rows:
+        if not r.get("beyond"):
+            continue
+        base = published.get((r["recipe"], r["beyond"], r.get("scale"), r.get("nodes")))
+        definition = (base or {}).get("definition") or STEADY
+        mine = (r.get("measurements") or {}).get(definition)
+        theirs = ((base or {}).get("measurements") or {}).get(definition)
+        if mine is not None and theirs and r.get("world_size") and base.get("world_size"):
+            r["measured_speedup"] = (mine / r["world_size"]) / (theirs / base["world_size"])
+        else:
+            r["measured_speedup"] = None
+        r["speedup_definition"] = definition
+        r["published_speedup"] = None
+        r["speedup_verdict"] = BEYOND if r["measured_speedup"] is not None else None
+        r["speedup_verdict_reasons"] = None
 
 
 def length_reasons_of(row: dict[str, Any], definition: str) -> list[str]:

@@ -110,6 +110,36 @@ class Reference(Strict):
         return self
 
 
+# What a trainer records of the software that ran (summary.json `software`), where the choice shows
+# in throughput or in what is compared. A recipe's `published_software.kernels` uses the same keys.
+SOFTWARE_KEYS = ("attention", "optimizer", "ddp", "tf32", "mixed_precision", "data_path")
+
+
+class PublishedSoftware(Strict):
+    """The stack a publication ran, and the software behaviour of its published variants."""
+
+    source: str = Field(description="where these facts were read (a source of recipes/SOURCES.md, upstream code)")
+    stack: dict[str, str] = Field(
+        default_factory=dict, description="framework and library versions, GPU generation: what ran then"
+    )
+    kernels: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"the trainer's recorded software of a published variant, by key ({', '.join(SOFTWARE_KEYS)})",
+    )
+    notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> PublishedSoftware:
+        _check_software_keys("published_software.kernels", self.kernels)
+        return self
+
+
+def _check_software_keys(where: str, kernels: dict[str, str]) -> None:
+    unknown = sorted(set(kernels) - set(SOFTWARE_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown software key(s) {', '.join(unknown)}; known: {', '.join(SOFTWARE_KEYS)}")
+
+
 class Variant(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     args: dict[str, Any] = Field(default_factory=dict)
@@ -132,6 +162,22 @@ class Variant(Strict):
         default=None, description="the trainer args this rung changes over the one before it (a ladder)"
     )
     notes: list[str] = Field(default_factory=list)
+    software: dict[str, str] = Field(
+        default_factory=dict,
+        description="this variant's software where it differs from published_software.kernels (a ladder's rung)",
+    )
+    beyond: str | None = Field(
+        default=None,
+        description="the published variant this one goes beyond with today's faster software: it is judged by "
+        "its speedup over that variant, measured in the same session, never against a published figure",
+    )
+
+    @model_validator(mode="after")
+    def _known_software(self) -> Variant:
+        _check_software_keys(f"variant {self.name!r} software", self.software)
+        if self.beyond and self.references:
+            raise ValueError(f"variant {self.name!r} goes beyond the publication: it has no published references")
+        return self
 
 
 class DataKey(Strict):
@@ -187,6 +233,14 @@ class Recipe(Strict):
     assumptions: list[str] = Field(
         default_factory=list, description="what the verdicts rest on that no publication states"
     )
+    published_software: PublishedSoftware | None = None
+
+    def expected_software(self, variant: Variant) -> dict[str, str]:
+        """The software a published variant must have run to be judged (empty: nothing declared;
+        a variant beyond the publication is held to nothing)."""
+        if variant.beyond or self.published_software is None:
+            return {}
+        return {**self.published_software.kernels, **variant.software}
 
     def published_command(self, variant: str) -> PublishedCommand | None:
         return next((c for c in self.published_commands if variant in c.variants), None)
@@ -224,6 +278,12 @@ class Recipe(Strict):
                     "has no variant with 'baseline: true'"
                 )
             _check_token_grid(variant.name, {**self.hyperparameters, **variant.args})
+            if variant.beyond is not None:
+                published = next((v for v in self.variants if v.name == variant.beyond), None)
+                if published is None or published.beyond is not None:
+                    raise ValueError(
+                        f"variant {variant.name!r}: beyond names {variant.beyond!r}, which is not a published variant"
+                    )
         for group in {v.group for v in self.variants}:
             baselines = [v.name for v in self.variants if v.group == group and v.baseline]
             if len(baselines) > 1:

@@ -48,6 +48,8 @@ class CellRecord(Record):
     data: dict[str, str] = Field(default_factory=dict)
     recipe_hash: str | None = None
     kit_revision: str | None = None
+    software: dict[str, str] = Field(default_factory=dict)
+    beyond: str | None = None
 
 
 class SysInfo(Record):
@@ -79,6 +81,8 @@ class Summary(Record):
     world_size: int | None = None
     num_nodes: int | None = None
     steps: int | None = None
+    # The software that ran, read back by the trainer (recipes.SOFTWARE_KEYS -> what it was).
+    software: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     finished_at: str | None = None
 

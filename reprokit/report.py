@@ -6,6 +6,7 @@ The Markdown and the HTML are rendered from the same list of blocks, so they can
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,13 +181,24 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
         ["measured / published", *(_ratio(r.get("ratio_per_device")) for r in rows)],
         ["verdict", *(comparison.verdict_text(r) for r in rows)],
     ]
+    def of_group(text: Callable[[dict[str, Any]], str]) -> list[str]:
+        return ["-" if r.get("beyond") else text(r) for r in rows]
+
     if any(r.get("baseline") for r in rows):
         body += [
-            ["speedup vs baseline, measured", *(_ratio(r.get("measured_speedup")) for r in rows)],
-            ["speedup vs baseline, published", *(_ratio(r.get("published_speedup")) for r in rows)],
+            ["speedup vs baseline, measured", *of_group(lambda r: _ratio(r.get("measured_speedup")))],
+            ["speedup vs baseline, published", *of_group(lambda r: _ratio(r.get("published_speedup")))],
             [
                 "speedup verdict",
-                *(comparison.verdict_text(r, "speedup_verdict", "speedup_verdict_reasons") for r in rows),
+                *of_group(lambda r: comparison.verdict_text(r, "speedup_verdict", "speedup_verdict_reasons")),
+            ],
+        ]
+    if any(r.get("beyond") for r in rows):
+        body += [
+            ["software", *(f"beyond the publication (over {r['beyond']})" if r.get("beyond") else "published" for r in rows)],
+            [
+                "speedup over the published variant",
+                *(_ratio(r.get("measured_speedup")) if r.get("beyond") else "-" for r in rows),
             ],
         ]
     return ["", *variants], body

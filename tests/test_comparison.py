@@ -154,3 +154,64 @@ def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
     assert comparison.departures(record) == [
         records.Departure(reason="torch.compile not in effect (asked True, ran False)", kind="throughput")
     ]
+
+
+def _with_software(tmp_path: Path, kernels: dict, variants_beyond: bool = False) -> Path:
+    """The bridgetower recipe with a published_software block (and a variant beyond workers2)."""
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "recipes" / "bridgetower.yaml").read_text())
+    data["published_software"] = {"source": "test", "stack": {"torch": "2.0"}, "kernels": kernels}
+    if variants_beyond:
+        data["variants"].append({"name": "workers2-fused", "args": {"dataloader_num_workers": 2}, "beyond": "workers2"})
+    path = tmp_path / "bt-software.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _cell_of(path: Path, variant: str) -> cells.Cell:
+    return cells.expand(recipes.load(str(path)), str(path), "cuda", "published", [variant], devices=1)[0]
+
+
+def test_a_published_cell_that_ran_other_kernels_than_its_publication_is_not_comparable(tmp_path):
+    cell = _cell_of(_with_software(tmp_path, {"optimizer": "adamw-per-tensor", "tf32": "off"}), "workers2")
+    assert cell.software == {"optimizer": "adamw-per-tensor", "tf32": "off"}
+    summary = {**_measured(after=90.0, whole=74.0), "software": {"optimizer": "adamw-foreach"}}
+    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    assert row["verdict"] == "not comparable"
+    assert row["verdict_reasons"] == "optimizer: adamw-foreach, published: adamw-per-tensor; tf32: not recorded, published: off"
+
+
+def test_a_published_cell_that_ran_its_publications_kernels_is_judged(tmp_path):
+    cell = _cell_of(_with_software(tmp_path, {"optimizer": "adamw-per-tensor"}), "workers2")
+    summary = {**_measured(after=90.0, whole=74.0), "software": {"optimizer": "adamw-per-tensor", "tf32": "on"}}
+    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    assert row["verdict"] in ("reproduced", "faster", "slower") and row["software"]["tf32"] == "on"
+
+
+def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_published_variant(tmp_path):
+    path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor"}, variants_beyond=True)
+    published = _cell_of(path, "workers2")
+    beyond = _cell_of(path, "workers2-fused")
+    assert beyond.software == {} and beyond.beyond == "workers2" and beyond.references == []
+    _run_dir(tmp_path, published, "NVIDIA H100 80GB HBM3", {**_measured(after=90.0, whole=80.0), "software": {"optimizer": "adamw-per-tensor"}})
+    _run_dir(tmp_path, beyond, "NVIDIA H100 80GB HBM3", {**_measured(after=120.0, whole=100.0), "software": {"optimizer": "adamw-fused"}})
+    rows = {r["variant"]: r for r in collect.rows(tmp_path / "session")}
+    assert rows["workers2-fused"]["verdict"] == comparison.BEYOND
+    # Under the published variant's definition (H100: the whole-run figure), per device.
+    assert rows["workers2-fused"]["measured_speedup"] == pytest.approx(100.0 / 80.0)
+    assert rows["workers2-fused"]["ratio_per_device"] is None
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"published_software": {"source": "x", "kernels": {"attn": "math"}}}, "unknown software key(s) attn"),
+        ({"variants": [{"name": "a", "beyond": "b"}]}, "beyond names 'b', which is not a published variant"),
+    ],
+)
+def test_a_recipe_names_only_known_software_and_published_variants(recipe_file, change, expected):
+    from reprokit.errors import ReprokitError
+
+    with pytest.raises(ReprokitError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        recipes.load(str(recipe_file(change)))
