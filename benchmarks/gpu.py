@@ -3,7 +3,7 @@
 Each cell is the recipe's own (`inv show RECIPE --accelerator cuda --scale published`), run on one
 device by the kit's local runtime, with the changes a benchmark needs and nothing else: a fixed
 number of steps, random weights and synthetic data of the real shapes (no hub here), no
-evaluation. Each row is the kit's own results row (collect.row, comparison.judge): the published
+evaluation. Each row is the kit's own results row (collect.row, verdicts.judge): the published
 figure of the device that ran, under that figure's definition, per device. Shortened runs on
 synthetic data are `not comparable` by the kit's own rules; the numbers are shown beside each other.
 """
@@ -17,11 +17,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from reprokit import accelerators, cells, collect, comparison, recipes, session
-from reprokit.containers.none import NoContainer
-from reprokit.handles import NoOptions
-from reprokit.runtimes.base import run_script
-from reprokit.runtimes.local import LocalRuntime
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.results import collect, verdicts
+from reprokit.run import session
+from reprokit.run.containers.none import NoContainer
+from reprokit.run.handles import NoOptions
+from reprokit.run.runtimes.base import run_script
+from reprokit.run.runtimes.local import LocalRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +124,7 @@ def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
         "unit": cell.unit,
         "published_per_device": found.get("reference_per_device"),
         "published": found.get("reference_source") or "",
-        "verdict": comparison.verdict_text(found),
+        "verdict": verdicts.verdict_text(found),
         "gflop_per_sample": (found.get("flops_per_sample") or flops_per_sample(cell)) / 1e9,
         "mfu": mfu,
         "peak_memory_gib": (found.get("peak_memory_bytes") or 0) / 2**30,

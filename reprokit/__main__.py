@@ -1,3 +1,3 @@
-from .cli import main
+from reprokit.cli import main
 
 main()

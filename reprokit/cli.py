@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from invoke import Program
 
-from . import __version__
-from .settings import KitConfig
-from .tasks import ns
+from reprokit import __version__
+from reprokit.settings import KitConfig
+from reprokit.tasks import ns
 
 program = Program(
     name="reprokit", binary="reprokit", version=__version__, namespace=ns, config_class=KitConfig

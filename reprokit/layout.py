@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ReprokitError
+from reprokit.errors import ReprokitError
 
 PACKAGE = Path(__file__).resolve().parent
 # The wheel maps the checkout's top-level folders here (pyproject.toml, package-dir); a checkout has none.

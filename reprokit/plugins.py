@@ -12,7 +12,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from .errors import ReprokitError
+from reprokit.errors import ReprokitError
 
 
 class Registry:
@@ -27,7 +27,7 @@ class Registry:
         self.targets[name] = target
 
     def _discover(self) -> None:
-        # Packages that declare [project.entry-points."reprokit.runtimes"] (or .containers) add theirs.
+        # Packages that declare [project.entry-points."reprokit.run.runtimes"] (or .containers) add theirs.
         if not self._discovered:
             for point in entry_points(group=self.group):
                 self.targets.setdefault(point.name, point.value)

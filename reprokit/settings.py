@@ -30,7 +30,7 @@ from typing import Any
 from invoke.config import Config
 from invoke.exceptions import UncastableEnvVar
 
-from .errors import ReprokitError
+from reprokit.errors import ReprokitError
 
 KEYS = ("runtime", "container", "partition", "account", "time_limit", "exclusive", "image", "timeout",
         "results", "recipes", "data")  # fmt: skip

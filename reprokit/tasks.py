@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 
 from invoke import Collection, Exit, task
 
-from . import accelerators, cells, data, recipes, report, session, settings
-from . import reproduce as reproducing
-from .errors import ReprokitError
-from .options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, KitTask, RunOptions, options_task
+from reprokit import settings
+from reprokit.errors import ReprokitError
+from reprokit.options import PLUGIN_OPTIONS, RENDER_FIELDS, RUN_FIELDS, KitTask, RunOptions, options_task
+from reprokit.plan import accelerators, cells, data, recipes
+from reprokit.results import report
+from reprokit.run import reproduce as reproducing
+from reprokit.run import session
 
 T = TypeVar("T")
 
@@ -146,7 +149,7 @@ def _session_folder(path: str) -> Path:
 def recipes_(c, recipes=None):
     """List the recipes, their variants and the publications they reproduce."""
     with_settings(RunOptions(recipes=list(recipes or [])))
-    from . import recipes as kit_recipes
+    from reprokit.plan import recipes as kit_recipes
 
     for name in kit_recipes.available():
         recipe = kit_recipes.load(name)
@@ -229,7 +232,7 @@ def build(
     c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False, without_vendor=False
 ):
     """Build the accelerator's pinned image (a cache hit when nothing changed)."""
-    from . import images
+    from reprokit.run import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     if dry_run:
@@ -252,7 +255,7 @@ def build(
 def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_vendor=False):
     """Download exactly the wheels the image's pip layer installs (its lock), for the base's Python and
     glibc, for an offline `inv build --wheelhouse`."""
-    from . import images
+    from reprokit.run import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     folder = Path(dest or f"wheelhouse/{profile.name}")
@@ -260,7 +263,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
     size = sum(w.stat().st_size for w in wheels) / 2**30
     print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
     if profile.vendor is not None and not without_vendor:
-        from .images import vendor
+        from reprokit.run.images import vendor
 
         staged = vendor.stage(profile, folder)
         print(f"{len(staged)} vendor files (sha256 checked) in {folder / 'vendor'}")
@@ -277,7 +280,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
 def pins(c, accelerator="auto", write=False, check=False):
     """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
     pip layer installs, and whether it would replace anything the base provides."""
-    from .images import pins as resolving
+    from reprokit.run.images import pins as resolving
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     base = profile.base_manifest
@@ -320,7 +323,7 @@ def pins(c, accelerator="auto", write=False, check=False):
 @friendly
 def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  # noqa: A002 - the flag's name
     """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
-    from . import images
+    from reprokit.run import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
@@ -343,7 +346,7 @@ def render(c, recipe, options: RunOptions):
     The run directories are rendered/<accelerator>-<scale>/runs/<cell>/: cell.json and run.sh, and
     with --runtime slurm sbatch.sh and bind-rank.sh; a cell that reads another's checkpoint finds it
     beside it, as in a session."""
-    from . import images
+    from reprokit.run import images
 
     options, site = with_settings(options)
     request = request_of([recipe] if recipe else [], options, site)
@@ -351,7 +354,7 @@ def render(c, recipe, options: RunOptions):
     runtime = session.build_runtime(the_plan, request.runtime_options)
     profile = accelerators.get(the_plan.accelerator)
     out = Path(options.out or "rendered")
-    from .images.build import vendor_for
+    from reprokit.run.images.build import vendor_for
 
     files, included = vendor_for(profile, None, True, session.console)
     context = images.write_context(
@@ -432,7 +435,7 @@ RESULTS_HELP = "the results folder of the sessions (default: the `results` setti
 def history_(c, recipe=None, cell=None, device=None, results=None):
     """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
     results folder."""
-    from . import history
+    from reprokit.results import history
 
     folder = _results(results)
     table = history.rows(folder, recipe or None, cell, device)
@@ -461,7 +464,7 @@ def history_(c, recipe=None, cell=None, device=None, results=None):
 def compare_(c, a=None, b=None, threshold=5.0, fail_on_regression=None, results=None):
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
-    from . import compare
+    from reprokit.results import compare
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
     given = [Path(x) for x in (a, b) if x]
@@ -495,9 +498,9 @@ def export_results(c, session_, to="mlflow", tracking_uri=None):
     numbers and provenance, under one run per session carrying the report."""
     if to != "mlflow":
         raise ReprokitError(f"--to {to}: the kit exports to mlflow")
-    from . import mlflow_export
+    from reprokit.results import export_mlflow
 
-    uri, made = mlflow_export.export(_session_folder(session_), tracking_uri)
+    uri, made = export_mlflow.export(_session_folder(session_), tracking_uri)
     print(f"{len(made)} runs logged to {uri}" + ("" if made else " (the session was there already)"))
 
 

@@ -7,8 +7,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .errors import ReprokitError
-from .recipes import TRAINERS_PACKAGE
+from reprokit.errors import ReprokitError
+from reprokit.plan.recipes import TRAINERS_PACKAGE
 
 
 def package_dir() -> Path:

@@ -21,9 +21,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from reprokit.accelerators import Base
-from reprokit.images.build import serve_directory
-from reprokit.images.pins import find_python
+from reprokit.plan.accelerators import Base
+from reprokit.run.images.build import serve_directory
+from reprokit.run.images.pins import find_python
 
 LOCAL_BASE = "reprokit/base:bookworm"
 CACHE = Path.home() / ".cache" / "reprokit" / "standins"

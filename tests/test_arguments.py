@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import arguments, cells, recipes
 from reprokit.errors import ReprokitError
+from reprokit.plan import arguments, cells, recipes
 from reprokit_trainers.common import schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def test_the_host_reads_the_schema_without_importing_torch():
     import sys
 
     code = (
-        "import sys; from reprokit import arguments; "
+        "import sys; from reprokit.plan import arguments; "
         "print(arguments.problems('vit', {'per_device_train_batch_size': 0})); "
         "print('torch' in sys.modules)"
     )

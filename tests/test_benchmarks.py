@@ -81,8 +81,8 @@ def test_a_bench_gpu_row_takes_the_reference_of_the_device_that_ran_under_its_de
     import json
 
     from benchmarks import gpu
-    from reprokit import accelerators
-    from reprokit.runtimes.base import write_run_dir_inputs
+    from reprokit.plan import accelerators
+    from reprokit.run.runtimes.base import write_run_dir_inputs
 
     (cell,) = [c for c in gpu.planned(30) if c.cell_id == "bridgetower--workers2"]
     run_dir = tmp_path / cell.cell_id

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import cells, collect, comparison, recipes, records
-from reprokit.records import SCHEMA_VERSION
+from reprokit.plan import cells, recipes
+from reprokit.results import collect, records, verdicts
+from reprokit.results.records import SCHEMA_VERSION
 
 
 def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world: int = 1) -> Path:
@@ -81,7 +82,7 @@ def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert row["verdict"] in ("reproduced", "faster", "slower") and row["verdict_reasons"] is None
     assert row["ratio_per_device"] is not None
-    assert comparison.verdict_text(row) == f"{row['verdict']}; quality only: random weights; offline tokenizer"
+    assert verdicts.verdict_text(row) == f"{row['verdict']}; quality only: random weights; offline tokenizer"
 
 
 def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_path):
@@ -142,7 +143,7 @@ def test_speedups_are_over_the_baseline_of_the_same_group(tmp_path):
 
 
 def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
-    from reprokit import comparison
+    from reprokit.results import verdicts
 
     (cell,) = [
         c for c in cells.expand(recipes.load("vit-speedups"), "vit-speedups", "cuda", "published", devices=8)
@@ -151,7 +152,7 @@ def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
     summary = {**_measured(after=3000.0, whole=2500.0), "torch_compile": False}
     record = records.read(_run_dir(tmp_path, cell, "NVIDIA A100-SXM4-80GB", summary, world=8))
     # pycls's flag is --compile; the trainer records what was in effect as torch_compile.
-    assert comparison.departures(record) == [
+    assert verdicts.departures(record) == [
         records.Departure(reason="torch.compile not in effect (asked True, ran False)", kind="throughput")
     ]
 
@@ -197,7 +198,7 @@ def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_publis
     _run_dir(tmp_path, published, "NVIDIA H100 80GB HBM3", {**_measured(after=90.0, whole=80.0), "software": {"optimizer": "adamw-per-tensor"}})
     _run_dir(tmp_path, beyond, "NVIDIA H100 80GB HBM3", {**_measured(after=120.0, whole=100.0), "software": {"optimizer": "adamw-fused"}})
     rows = {r["variant"]: r for r in collect.rows(tmp_path / "session")}
-    assert rows["workers2-fused"]["verdict"] == comparison.BEYOND
+    assert rows["workers2-fused"]["verdict"] == verdicts.BEYOND
     # Under the published variant's definition (H100: the whole-run figure), per device.
     assert rows["workers2-fused"]["measured_speedup"] == pytest.approx(100.0 / 80.0)
     assert rows["workers2-fused"]["ratio_per_device"] is None

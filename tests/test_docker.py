@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import __version__, accelerators, cells, images, recipes, session
-from reprokit.containers import docker as docker_platform
+from reprokit import __version__
 from reprokit.errors import ReprokitError
 from reprokit.gitinfo import kit_revision
-from reprokit.handles import NoOptions
-from reprokit.images.build import BUILD_DIR, WHEELHOUSE_PORT, serve_directory
-from reprokit.runtimes.local import LocalRuntime
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.run import images, session
+from reprokit.run.containers import docker as docker_platform
+from reprokit.run.handles import NoOptions
+from reprokit.run.images.build import BUILD_DIR, WHEELHOUSE_PORT, serve_directory
+from reprokit.run.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, run_inv
 
 BASE_IMAGE = "reprokit/base:bookworm"
@@ -275,7 +277,7 @@ def test_the_image_is_tagged_by_its_build_context_and_labelled_with_its_provenan
     assert labels["io.reprokit.context-hash"] == cpu_image["tag"].rsplit("-", 1)[1]
     if "up to date" not in cpu_image["output"]:
         # A cache hit keeps the labels of the build that made it (the recipes are not in the image).
-        assert json.loads(labels["io.reprokit.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
+        assert json.loads(labels["io.reprokit.plan.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
 
 
 @pytest.mark.docker
@@ -401,9 +403,9 @@ INTERRUPTED_RUN = """\
 import signal, sys
 from pathlib import Path
 from reprokit import accelerators, cells, recipes, session
-from reprokit.containers.docker import Docker, DockerOptions
-from reprokit.handles import NoOptions
-from reprokit.runtimes.local import LocalRuntime
+from reprokit.run.containers.docker import Docker, DockerOptions
+from reprokit.run.handles import NoOptions
+from reprokit.run.runtimes.local import LocalRuntime
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background process starts with it ignored
 cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"])[0]

@@ -10,8 +10,8 @@ import re
 import pytest
 import tomllib
 
-from reprokit import accelerators
-from reprokit.images import pins
+from reprokit.plan import accelerators
+from reprokit.run.images import pins
 from tests.conftest import ROOT
 
 PROFILES = ("cpu", "cuda", "gaudi2")

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from reprokit import accelerators, containers, runtimes, session
 from reprokit.errors import ReprokitError
+from reprokit.plan import accelerators
+from reprokit.run import containers, runtimes, session
 from tests.fakes import FAKES, fake_recipe
 
 

@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from reprokit.progress import MatrixProgress
+from reprokit.run.progress import MatrixProgress
 
 
 def test_the_cell_bar_follows_the_trainers_throughput_rows(tmp_path):

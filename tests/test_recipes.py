@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from reprokit import cells, recipes
 from reprokit.errors import ReprokitError
+from reprokit.plan import cells, recipes
 
 PUBLISHED = {  # SOURCES.md §1, samples/s on 8 devices
     "workers0": {"gaudi2": 601.5, "h100": 336.5, "a100-80gb": 227.5},

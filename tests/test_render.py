@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from reprokit import accelerators, cells, images, recipes
-from reprokit.runtimes.base import write_run_dir_inputs
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.run import images
+from reprokit.run.runtimes.base import write_run_dir_inputs
 from tests.conftest import ROOT
 
 
@@ -124,7 +125,7 @@ def test_a_multi_node_gaudi2_run_script_needs_a_hostfile(inv, tmp_path):
 
 
 def test_mig_devices_are_counted_instead_of_the_gpus_that_hold_them(tmp_path, monkeypatch):
-    from reprokit import accelerators
+    from reprokit.plan import accelerators
 
     (tmp_path / "nvidia-smi").write_text(
         "#!/bin/sh\ncat <<'EOF'\n"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import collect, session
+from reprokit.results import collect
+from reprokit.run import session
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe
 

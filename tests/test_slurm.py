@@ -18,15 +18,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprokit import accelerators, cells, collect, comparison, images, recipes, trainers
-from reprokit.containers.apptainer import Apptainer
-from reprokit.containers.images_on_nodes import NodeImageOptions
-from reprokit.containers.none import NoContainer
-from reprokit.containers.pyxis import Pyxis
+from reprokit import trainers
 from reprokit.errors import ReprokitError
-from reprokit.handles import NoOptions
-from reprokit.images.export import export_command
-from reprokit.runtimes import slurm
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.results import collect, verdicts
+from reprokit.run import images
+from reprokit.run.containers.apptainer import Apptainer
+from reprokit.run.containers.images_on_nodes import NodeImageOptions
+from reprokit.run.containers.none import NoContainer
+from reprokit.run.containers.pyxis import Pyxis
+from reprokit.run.handles import NoOptions
+from reprokit.run.images.export import export_command
+from reprokit.run.runtimes import slurm
 from tests.conftest import ROOT, run_inv
 from tests.fakes import fake_env
 
@@ -318,8 +321,8 @@ def test_cpu_ranks_take_the_numa_nodes_in_turn(tmp_path):
 def test_rendering_for_slurm_imports_no_torch():
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "from reprokit.runtimes import slurm; from reprokit import accelerators, cells, recipes;"
-        "from reprokit.containers.pyxis import Pyxis; from reprokit.containers.images_on_nodes import NodeImageOptions;"
+        "from reprokit.run.runtimes import slurm; from reprokit.plan import accelerators, cells, recipes;"
+        "from reprokit.run.containers.pyxis import Pyxis; from reprokit.run.containers.images_on_nodes import NodeImageOptions;"
         "from pathlib import Path;"
         "c = cells.expand(recipes.load('bridgetower'), 'bridgetower', 'cuda', 'published', ['workers0'], None, 2)[0];"
         "r = slurm.SlurmRuntime(slurm.SlurmOptions(), Pyxis(NodeImageOptions()));"
@@ -458,7 +461,7 @@ def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_
     # The VOLO post: 500 img/s on one DGX A100 (8 GPUs), 2100 on five (40 GPUs).
     one, five, other = row(1, 500 / 8), row(5, 2100 / 40), row(2, 50.0, variant="pretrain-d1")
     table = [one, five, other]
-    comparison.scaling_efficiency(table)
+    verdicts.scaling_efficiency(table)
     assert five["scaling_efficiency"] == pytest.approx(0.84)
     assert one["scaling_efficiency"] is None and other["scaling_efficiency"] is None
     assert "scaling_efficiency" in collect.COLUMNS

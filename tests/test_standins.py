@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from reprokit import accelerators, cells, recipes, session
-from reprokit.containers.docker import Docker, DockerOptions
-from reprokit.handles import NoOptions
-from reprokit.runtimes.local import LocalRuntime
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.run import session
+from reprokit.run.containers.docker import Docker, DockerOptions
+from reprokit.run.handles import NoOptions
+from reprokit.run.runtimes.local import LocalRuntime
 from tests import standins
 from tests.conftest import run_inv
 from tests.test_docker import engine  # noqa: F401 - the fixture

@@ -267,7 +267,7 @@ def test_ddp_is_the_baseline_wrapper(process_group):
 
 
 def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
-    from reprokit import cells, recipes
+    from reprokit.plan import cells, recipes
 
     recipe = recipes.load("vit-speedups")
     for accelerator, scale in (("cpu", "smoke"), ("cuda", "published")):

@@ -7,11 +7,12 @@ import hashlib
 
 import pytest
 
-from reprokit import accelerators, images
-from reprokit.accelerators import Vendor, VendorFile
 from reprokit.errors import ReprokitError
-from reprokit.images import vendor
-from reprokit.images.build import serve_directory
+from reprokit.plan import accelerators
+from reprokit.plan.accelerators import Vendor, VendorFile
+from reprokit.run import images
+from reprokit.run.images import vendor
+from reprokit.run.images.build import serve_directory
 
 FILES = {"habana_dataloader_trainer.py": b"# stand-in 1\n", "clip_media_pipe.py": b"# stand-in 2\n"}
 

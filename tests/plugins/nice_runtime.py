@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from reprokit.containers.none import environment
-from reprokit.handles import Handle, ProcessHandle
-from reprokit.runtimes.base import Runtime, write_run_dir_inputs
+from reprokit.run.containers.none import environment
+from reprokit.run.handles import Handle, ProcessHandle
+from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
 
 
 @dataclass(frozen=True)

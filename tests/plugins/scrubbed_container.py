@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.containers.base import Container, SrunPart
-from reprokit.containers.none import environment
-from reprokit.handles import Handle, ProcessHandle
+from reprokit.run.containers.base import Container, SrunPart
+from reprokit.run.containers.none import environment
+from reprokit.run.handles import Handle, ProcessHandle
 
 
 @dataclass(frozen=True)

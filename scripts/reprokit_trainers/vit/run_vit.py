@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         optimizer_eps=optimizer.defaults.get("eps"),
         sharding=train_args.sharding,
         compile=train_args.compile,
-        # The switches the host compares with what the cell asked (reprokit/comparison.py).
+        # The switches the host compares with what the cell asked (reprokit/results/verdicts.py).
         torch_compile=train_args.compile,
         loader="torch",
         tf32=tf32["tf32_matmul"],

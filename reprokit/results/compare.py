@@ -1,0 +1,136 @@
+"""Compare two sessions: per cell, the second's number over the first's, a verdict that accounts for the
+spread of repeated runs, and what changed between them (image, kit, recipe, driver, CUDA, torch,
+device, clocks, power cap, node).
+
+    inv compare previous latest --fail-on-regression 5     # CI of an image build: exit 1 on a regression
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprokit.results import store
+
+REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
+# What is compared between the two runs of a cell, in the order people look for it.
+CHANGES = ("image_id", "kit_revision", "recipe_hash", "driver", "cuda", "torch", "transformers", "device_name",
+           "hostname")  # fmt: skip
+
+
+@dataclass
+class CellComparison:
+    cell_id: str
+    a: dict[str, Any] | None
+    b: dict[str, Any] | None
+    ratio: float | None
+    verdict: str
+    why: str = ""
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def _range(row: dict[str, Any]) -> tuple[float, float]:
+    world = row.get("world_size") or 1
+    low = row.get("measured_min")
+    high = row.get("measured_max")
+    if low is None or high is None:
+        value = row["measured_per_device"]
+        return value, value
+    return low / world, high / world
+
+
+def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float | None, str, str]:
+    """(B/A per device, verdict, why). With repeated runs on both sides, a change counts only when the
+    two ranges (min..max) do not overlap; beyond that, only when it exceeds the threshold."""
+    if a.get("measured_per_device") is None or b.get("measured_per_device") is None:
+        return None, NOT_COMPARED, "no result in " + ("A" if a.get("measured_per_device") is None else "B")
+    if (a.get("definition") or "") != (b.get("definition") or ""):
+        return (
+            None,
+            NOT_COMPARED,
+            f"measured under different definitions ({a.get('definition')} vs {b.get('definition')})",
+        )
+    ratio = b["measured_per_device"] / a["measured_per_device"]
+    (a_low, a_high), (b_low, b_high) = _range(a), _range(b)
+    overlap = b_high >= a_low and b_low <= a_high and (a_low != a_high or b_low != b_high)
+    if abs(ratio - 1) <= threshold:
+        return ratio, SAME, f"within ±{threshold:.0%}"
+    if overlap:
+        return ratio, SAME, "within the spread of the repeated runs"
+    return ratio, (IMPROVED if ratio > 1 else REGRESSED), ""
+
+
+def compare(
+    results: Path, first: str, second: str, threshold: float = 0.05
+) -> tuple[Path, Path, list[CellComparison]]:
+    """Every cell of either session, matched by cell id."""
+    a_dir, b_dir = store.resolve_session(results, first), store.resolve_session(results, second)
+    wanted = "SELECT * FROM rows WHERE session_folder = ?"
+    a_rows = {r["cell_id"]: r for r in _rows(a_dir, wanted)}
+    b_rows = {r["cell_id"]: r for r in _rows(b_dir, wanted)}
+    found = []
+    for cell_id in dict.fromkeys([*a_rows, *b_rows]):
+        a, b = a_rows.get(cell_id), b_rows.get(cell_id)
+        if a is None or b is None:
+            found.append(
+                CellComparison(cell_id, a, b, None, NOT_COMPARED, "only in " + ("B" if a is None else "A"))
+            )
+            continue
+        ratio, verdict, why = judge(a, b, threshold)
+        found.append(CellComparison(cell_id, a, b, ratio, verdict, why, changes(a, b)))
+    return a_dir, b_dir, found
+
+
+def _rows(session_dir: Path, sql: str) -> list[dict[str, Any]]:
+    # One session's rows, through the store like any other query (its parent is a results folder).
+    return store.query(session_dir.parent, sql, [session_dir.name])
+
+
+def changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What differs between the two runs: provenance first, then hardware (clocks, power cap, ...)."""
+    pa, pb = dict(a.get("provenance") or {}), dict(b.get("provenance") or {})
+    keys = [*CHANGES, *sorted(k for k in {*pa, *pb} if k.startswith("hw_"))]
+    return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
+
+
+def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    styles = {REGRESSED: "red", IMPROVED: "green", SAME: "", NOT_COMPARED: "yellow"}
+    view = Table(title=f"A = {first.name}, B = {second.name} (per device)")
+    for column in ("cell", "A", "B", "B/A", "verdict", "what changed"):
+        view.add_column(column, overflow="fold")
+    everywhere = _common_changes(found)
+    for x in found:
+        a = _per_device(x.a)
+        b = _per_device(x.b)
+        ratio = "-" if x.ratio is None else f"{x.ratio:.3f}"
+        verdict = x.verdict + (f" ({x.why})" if x.why else "")
+        style = styles.get(x.verdict, "")
+        own = "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in x.changed.items() if k not in everywhere)
+        view.add_row(x.cell_id, a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict, own or "-")
+    console = Console(width=200)
+    console.print(view)
+    if everywhere:
+        console.print(
+            "Changed for every cell: "
+            + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in everywhere.items())
+        )
+
+
+def _per_device(row: dict[str, Any] | None) -> str:
+    if row is None or row.get("measured_per_device") is None:
+        return "-"
+    low, high = _range(row)
+    spread = f" [{low:,.2f}..{high:,.2f}]" if low != high else ""
+    return f"{row['measured_per_device']:,.2f}{spread}"
+
+
+def _common_changes(found: list[CellComparison]) -> dict[str, tuple[Any, Any]]:
+    compared = [x for x in found if x.a is not None and x.b is not None]
+    if not compared:
+        return {}
+    first = compared[0].changed
+    return {k: v for k, v in first.items() if all(x.changed.get(k) == v for x in compared)}

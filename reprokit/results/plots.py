@@ -1,0 +1,284 @@
+"""The report's plots (PNG, matplotlib's Agg backend): throughput beside the published bars, the
+training curves, and the speedup ladder.
+
+matplotlib is imported only when a plot is drawn, so `inv --list` stays instant. The curves come
+from throughput.csv (the contract guarantees it); TensorBoard event files are read only where a
+run has no throughput.csv, with the event protobufs alone (no torch, no tensorflow), and only when
+the `tensorboard` package is installed.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprokit.results import verdicts
+
+# Colors a reader can tell apart in grey too: measured dark, published light.
+MEASURED_COLOR = "#1f4e79"
+PUBLISHED_COLORS = ["#9dc3e6", "#f4b183", "#a9d18e", "#d9d9d9", "#ffd966"]
+DPI = 100
+
+
+@dataclass
+class Plot:
+    recipe: str
+    name: str  # file name in the session folder
+    title: str
+    caption: str
+    path: Path
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading curves
+
+
+def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Scalars of every TensorBoard event file under `folder`: tag -> [(step, value)], by step.
+
+    Parses the TFRecord framing directly (length, crc, payload, crc) and the payload with
+    tensorboard's Event protobuf; a half-written last record (a run still going, or killed) is
+    dropped by its length. Returns {} when the `tensorboard` package is not installed.
+    """
+    try:
+        from tensorboard.compat.proto import event_pb2
+    except ImportError:
+        return {}
+    scalars: dict[str, dict[int, float]] = {}
+    for path in sorted(folder.rglob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset + 12 <= len(data):
+            (length,) = struct.unpack_from("<Q", data, offset)
+            start = offset + 12
+            if start + length + 4 > len(data):
+                break
+            try:
+                event = event_pb2.Event.FromString(data[start : start + length])
+            except Exception:  # protobuf's DecodeError: a corrupt record ends what can be read
+                break
+            offset = start + length + 4
+            for value in event.summary.value:
+                number = _scalar(value)
+                if number is not None:
+                    scalars.setdefault(value.tag, {})[int(event.step)] = number
+    return {tag: sorted(points.items()) for tag, points in scalars.items()}
+
+
+def _scalar(value: Any) -> float | None:
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    if value.HasField("tensor"):
+        tensor = value.tensor
+        if tensor.float_val:
+            return float(tensor.float_val[0])
+        if tensor.double_val:
+            return float(tensor.double_val[0])
+        if len(tensor.tensor_content) in (4, 8):
+            return float(
+                struct.unpack("<f" if len(tensor.tensor_content) == 4 else "<d", tensor.tensor_content)[0]
+            )
+    return None
+
+
+def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """samples/s and loss per logging step: from throughput.csv, else from the event files."""
+    path = run_dir / "throughput.csv"
+    curves: dict[str, list[tuple[int, float]]] = {"samples_per_second": [], "loss": []}
+    if path.exists():
+        with open(path, newline="") as fh:
+            for record in csv.DictReader(fh):
+                for key in curves:
+                    step, value = _float(record.get("step")), _float(record.get(key))
+                    if step is not None and value is not None:
+                        curves[key].append((int(step), value))
+        return curves
+    scalars = read_scalars(run_dir / "tensorboard")
+    for key in curves:
+        # The kit's own tags first, then what the HF Trainer logs.
+        for tag in (f"throughput/{key}", f"train/{key}"):
+            if scalars.get(tag):
+                curves[key] = scalars[tag]
+                break
+    return curves
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def save(fig: Any, session_dir: Path, name: str) -> Path:
+    path = session_dir / name
+    fig.tight_layout()
+    # bbox "tight" keeps legends placed outside the axes inside the image.
+    fig.savefig(path, dpi=DPI, format="png", bbox_inches="tight")
+    pyplot().close(fig)
+    return path
+
+
+def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+    """Measured samples/s per device, per variant, beside the published bars of each device."""
+    measured = [r for r in rows if r.get("measured_per_device") is not None]
+    if not measured:
+        return None
+    plt = pyplot()
+    variants = [r["variant"] for r in rows]
+    comparable = all(r.get("scale") == "published" for r in rows)
+    published: dict[str, dict[str, float]] = {}  # device -> variant -> per-device figure
+    if comparable:
+        for r in rows:
+            for ref in verdicts.all_references(r):
+                if ref.get("value") is not None:
+                    published.setdefault(ref["device"], {})[r["variant"]] = verdicts.per_device(ref)
+    series = [
+        (f"measured ({_device_label(measured)})", {r["variant"]: r["measured_per_device"] for r in measured})
+    ]
+    series += [(f"published {device}", values) for device, values in published.items()]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(variants) + 2), 4.2))
+    for i, (label, values) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, v in enumerate(variants) if v in values]
+        ys = [values[v] for v in variants if v in values]
+        color = MEASURED_COLOR if i == 0 else PUBLISHED_COLORS[(i - 1) % len(PUBLISHED_COLORS)]
+        bars = ax.bar(xs, ys, width, label=label, color=color, edgecolor="black", linewidth=0.4)
+        ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
+    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
+    ticks = [
+        v if r.get("status") == "ok" else f"{v} ({r.get('status')})"
+        for v, r in zip(variants, rows, strict=True)
+    ]
+    ax.set_xticks(range(len(variants)), ticks, rotation=20, ha="right")
+    ax.set_ylabel(f"{unit} per device")
+    scale_note = "" if comparable else " (smoke scale: published bars omitted, not comparable)"
+    ax.set_title(f"{recipe}: throughput per device{scale_note}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    name = f"throughput-{slug(recipe)}.png"
+    caption = (
+        "Measured under each published figure's own definition (after the warm-up steps where there is "
+        "none), divided by the number of devices; published figures are whole-node numbers divided by "
+        "their device count."
+    )
+    unjudged = sorted(
+        {r.get("verdict_reasons") for r in rows if r.get("verdict") == verdicts.NOT_COMPARABLE} - {None}
+    )
+    if comparable and unjudged:
+        caption += f" Not comparable here: {'; '.join(unjudged)}."
+    return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
+
+
+def _device_label(rows: list[dict[str, Any]]) -> str:
+    names = sorted({str(r.get("device_name") or r.get("device") or "this machine") for r in rows})
+    worlds = sorted({int(r.get("world_size") or 1) for r in rows})
+    return f"{', '.join(names)}, {'/'.join(map(str, worlds))} device(s)"
+
+
+def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+    """samples/s and loss per logging step, one line per variant."""
+    curves = {
+        r["variant"] if r.get("status") == "ok" else f"{r['variant']} ({r.get('status')})": read_curves(
+            session_dir / "runs" / r["run_dir"]
+        )
+        for r in rows
+        if r.get("run_dir")
+    }
+    curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
+    if not curves:
+        return None
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for variant, c in curves.items():
+        for ax, key in ((left, "samples_per_second"), (right, "loss")):
+            if c[key]:
+                steps, values = zip(*c[key], strict=True)
+                ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.2, label=variant)
+    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
+    left.set_title(f"{recipe}: {unit} per logging interval (all devices)", fontsize=10)
+    right.set_title(f"{recipe}: training loss", fontsize=10)
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    name = f"curves-{slug(recipe)}.png"
+    caption = "From each run's throughput.csv (the TensorBoard event files where a run has none)."
+    return Plot(recipe, name, f"{recipe}: training curves", caption, save(fig, session_dir, name))
+
+
+def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+    """Each variant's speedup over the baseline: measured in this session beside the published one."""
+    if not any(r.get("baseline") for r in rows):
+        return None
+    rungs = [
+        r for r in rows if r.get("measured_speedup") is not None or r.get("published_speedup") is not None
+    ]
+    if len(rungs) < 2:
+        return None
+    plt = pyplot()
+    labels = [r["variant"] for r in rungs]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(rungs) + 1.6))
+    ys = range(len(rungs))
+    for offset, key, label, color in (
+        (-0.2, "measured_speedup", "measured (this session)", MEASURED_COLOR),
+        (0.2, "published_speedup", "published", PUBLISHED_COLORS[0]),
+    ):
+        values = [r.get(key) or 0.0 for r in rungs]
+        bars = ax.barh(
+            [y + offset for y in ys], values, 0.4, label=label, color=color, edgecolor="black", linewidth=0.4
+        )
+        ax.bar_label(bars, labels=[f"{v:.2f}x" if v else "" for v in values], fontsize=7, padding=2)
+    ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    largest = max([r.get(k) or 0.0 for r in rungs for k in ("measured_speedup", "published_speedup")] + [1.0])
+    ax.set_xlim(0, largest * 1.15)  # room for the bar labels
+    ax.set_yticks(list(ys), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup over the baseline (per device)")
+    ax.set_title(f"{recipe}: speedup ladder", fontsize=10)
+    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / len(rungs)))
+    ax.grid(axis="x", alpha=0.3)
+    name = f"ladder-{slug(recipe)}.png"
+    devices = sorted({r["speedup_reference_device"] for r in rungs if r.get("speedup_reference_device")})
+    caption = "Ratios measured in one session hold across machines where absolute numbers do not." + (
+        f" Published ratios derived from the {', '.join(devices)} figures." if devices else ""
+    )
+    return Plot(recipe, name, f"{recipe}: speedup ladder", caption, save(fig, session_dir, name))
+
+
+def draw(session_dir: Path, table: list[dict[str, Any]]) -> list[Plot]:
+    """Every plot of a session, written as PNG files into its folder (old ones removed first)."""
+    for old in session_dir.glob("*.png"):
+        if old.name.startswith(("throughput-", "curves-", "ladder-")):
+            old.unlink()
+    plots: list[Plot] = []
+    recipes = list(dict.fromkeys(r["recipe"] for r in table if r.get("recipe")))
+    for recipe in recipes:
+        rows = [r for r in table if r.get("recipe") == recipe]
+        for maker in (throughput_plot, ladder_plot, curves_plot):
+            plot = maker(session_dir, recipe, rows)
+            if plot is not None:
+                plots.append(plot)
+    return plots

@@ -1,0 +1,44 @@
+"""Images: everything the kit does with container images lives in this package.
+
+- ``context``: each accelerator's build context (Dockerfile from spec + partials, pinned
+  requirements, the trainers) and the image tag, a hash of that context computed in memory;
+- ``engine``: the one Docker engine client and what to say when there is none;
+- ``build``: builds through the Docker SDK (or the ``docker build`` line a user would type), OCI
+  labels, the local wheelhouse served for offline builds;
+- ``wheelhouse``: ``pip download`` of an image's pins for offline builds;
+- ``export``: the built image as a file Slurm nodes run (enroot squashfs, Apptainer .sif).
+
+Nothing here imports a runtime; runtimes and container platforms import this package.
+"""
+
+from __future__ import annotations
+
+from reprokit.run.images.build import BuildResult, build, dry_run, image_info
+from reprokit.run.images.context import (
+    context_files,
+    context_hash,
+    image_repository,
+    image_tag,
+    write_context,
+)
+from reprokit.run.images.engine import client, engine_status
+from reprokit.run.images.export import export, export_path
+from reprokit.run.images.wheelhouse import wheelhouse, wheelhouse_command
+
+__all__ = [
+    "BuildResult",
+    "build",
+    "client",
+    "context_files",
+    "context_hash",
+    "dry_run",
+    "engine_status",
+    "export",
+    "export_path",
+    "image_info",
+    "image_repository",
+    "image_tag",
+    "wheelhouse",
+    "wheelhouse_command",
+    "write_context",
+]

@@ -1,0 +1,101 @@
+"""An image's build context: Dockerfile, pinned requirements and the trainers, and its tag.
+
+As TensorFlow's tools/dockerfiles does, the Dockerfile is assembled from a spec (the accelerator
+profile) and partials that each own one concern. The tag is
+``reprokit/<accelerator>:<kit version>-<hash of the context>``, the hash taken over the files in
+memory, so an unchanged kit finds its image again and planning a run copies nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from reprokit import __version__, trainers
+from reprokit.errors import ReprokitError
+from reprokit.layout import DOCKER
+from reprokit.plan.accelerators import Profile
+from reprokit.plan.recipes import TRAINERS_PACKAGE
+from reprokit.run.images import vendor
+from reprokit.run.templating import render
+
+SKIPPED = ("__pycache__", ".pyc", ".pyo")
+
+
+def dockerfile(profile: Profile, with_vendor: bool = True) -> str:
+    protect = [re.sub(r"[-_.]+", "[-_.]", name) for name in profile.base_manifest.protect]
+    return render(
+        DOCKER,
+        "Dockerfile.j2",
+        profile=profile,
+        protect_pattern="|".join(protect) or "(none)",
+        vendor=profile.vendor if with_vendor else None,
+    )
+
+
+def requirements(profile: Profile) -> str:
+    header = f"# Pinned Python packages of the reprokit `{profile.name}` image (accelerators.yaml).\n"
+    return header + "".join(f"{line}\n" for line in profile.requirements)
+
+
+def trainer_files() -> dict[str, bytes]:
+    """Every file of the trainers package, by its path in the context (reprokit_trainers/...)."""
+    root = trainers.package_dir()
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not any(part in SKIPPED or path.suffix in SKIPPED for part in path.parts):
+            found[f"{TRAINERS_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return found
+
+
+def context_files(
+    profile: Profile, vendor_files: dict[str, bytes] | None = None, with_vendor: bool = True
+) -> dict[str, bytes]:
+    """What `docker build` is given, by path in the context. The vendor files' bytes come at build time
+    (vendor.files); until then their pinned checksums (vendor.sha256) stand for them."""
+    if not profile.lock_file.exists():
+        raise ReprokitError(
+            f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
+        )
+    found = {
+        "Dockerfile": dockerfile(profile, with_vendor).encode(),
+        "requirements.txt": requirements(profile).encode(),
+        "lock.txt": profile.lock_file.read_bytes(),
+        **trainer_files(),
+    }
+    if profile.vendor is not None:
+        found["vendor.sha256"] = vendor.manifest(profile, with_vendor)
+        found.update(vendor_files or {})
+    return found
+
+
+def context_hash(files: dict[str, bytes]) -> str:
+    """The hash the tag carries: every file but the vendor files, which vendor.sha256 stands for."""
+    digest = hashlib.sha256()
+    for name in sorted(n for n in files if not n.startswith("vendor/")):
+        digest.update(name.encode())
+        digest.update(files[name])
+    return digest.hexdigest()[:12]
+
+
+def image_repository(profile: Profile) -> str:
+    return f"reprokit/{profile.name}"
+
+
+def image_tag(profile: Profile, files: dict[str, bytes] | None = None) -> str:
+    """reprokit/<accelerator>:<kit version>-<hash of Dockerfile, requirements and trainers>."""
+    return f"{image_repository(profile)}:{__version__}-{context_hash(files or context_files(profile))}"
+
+
+def write_context(profile: Profile, dest: Path, files: dict[str, bytes] | None = None) -> Path:
+    """Write the context into dest, emptied first so that no stale file goes into the build."""
+    import shutil
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    for name, data in (files or context_files(profile)).items():
+        path = dest / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return dest

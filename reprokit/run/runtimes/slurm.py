@@ -1,0 +1,320 @@
+"""The Slurm runtime: one sbatch job per cell, one task per node, torchrun rendezvous across nodes.
+
+The run directory lives in the session folder, on storage the compute nodes share with the
+submitting machine: the kit writes cell.json, run.sh, bind-rank.sh and sbatch.sh there, submits
+with `sbatch --parsable`, follows the job (scontrol, then sacct for its end) and the session
+settles the run directory as for any runtime. What the job runs in (pyxis/enroot, Apptainer, or
+no container) is the container platform's part of the job script.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reprokit.errors import ReprokitError
+from reprokit.layout import JOBS
+from reprokit.plan.accelerators import Profile
+from reprokit.plan.cells import Cell
+from reprokit.plan.recipes import load as load_recipe
+from reprokit.run import rundirs
+from reprokit.run.handles import Ended, Handle, wait_for
+from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
+from reprokit.run.templating import render
+
+POLL_SECONDS = 3.0
+# After the job ends, how long summary.json may take to show on shared storage (NFS caches).
+SETTLE_SECONDS = 30.0
+CANCEL_WAIT_SECONDS = 60.0
+# Job states after which nothing more happens (squeue/scontrol/sacct spell them alike).
+FINISHED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where the job goes: what `--partition`, `--account`, `--time-limit` and `--no-exclusive` set."""
+
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None
+    # Whole nodes by default: a benchmark shares no core, GPU or NIC with another job.
+    exclusive: bool = True
+
+
+def gpus_per_node(profile: Profile, devices: int) -> str | None:
+    """--gpus-per-node from the profile's gres: `gpu` -> 8, `gpu:a100` -> a100:8 (a GPU type)."""
+    gres = profile.slurm.gres
+    if not gres:
+        return None
+    kind = gres.split(":", 1)[1] if ":" in gres else None
+    return f"{kind}:{devices}" if kind else str(devices)
+
+
+def _published_command(cell: Cell) -> str | None:
+    """The command the cell's variant was published with, on one line for the job script's header."""
+    try:
+        found = load_recipe(cell.recipe_file or cell.recipe).published_command(cell.variant)
+    except ReprokitError:
+        return None
+    return " ".join(found.command.replace("\\\n", " ").split()) if found else None
+
+
+def _slurm(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(args), 124, "", f"{args[0]} timed out after {timeout:.0f}s")
+
+
+def cluster_status() -> str | None:
+    """None when a Slurm controller answers here; else why not, in a few words."""
+    if shutil.which("sbatch") is None:
+        return "sbatch is not installed here (not a Slurm login node)"
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():
+        # The clients would retry reading it for a minute before saying so.
+        return f"SLURM_CONF names {conf}, which does not exist"
+    ping = _slurm("scontrol", "ping", timeout=20)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        text = (ping.stderr or ping.stdout).strip().splitlines()
+        return f"no Slurm controller answers: {text[-1] if text else 'scontrol ping failed'}"
+    return None
+
+
+def submit(script: Path) -> str:
+    result = _slurm("sbatch", "--parsable", str(script))
+    if result.returncode != 0:
+        text = (result.stderr or result.stdout).strip().splitlines()
+        raise ReprokitError(f"sbatch {script} failed: {text[-1] if text else f'exit {result.returncode}'}")
+    # --parsable prints "id" or "id;cluster".
+    return result.stdout.strip().split(";")[0]
+
+
+@dataclass
+class JobState:
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    exit_code: int | None = None
+    time_limit: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+
+def _exit_code(text: str) -> int | None:
+    """Slurm's ExitCode 'code:signal' as a shell would report it."""
+    try:
+        code, signal = (int(x) for x in text.split(":"))
+    except ValueError:
+        return None
+    return 128 + signal if signal else code
+
+
+def job_state(job_id: str) -> JobState | None:
+    """The job as slurmctld knows it (scontrol: finished jobs too, for MinJobAge), else accounting."""
+    shown = _slurm("scontrol", "show", "job", "-o", job_id, timeout=30)
+    if shown.returncode == 0 and shown.stdout.strip():
+        fields = dict(item.split("=", 1) for item in shown.stdout.split() if "=" in item)
+        return JobState(
+            state=fields.get("JobState", "UNKNOWN").split("+")[0],
+            reason=fields.get("Reason", ""),
+            nodes=fields.get("NodeList", ""),
+            exit_code=_exit_code(fields.get("ExitCode", "")),
+            time_limit=fields.get("TimeLimit", ""),
+        )
+    acct = _slurm(
+        "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Timelimit", timeout=30
+    )
+    lines = [line for line in acct.stdout.splitlines() if line.strip()] if acct.returncode == 0 else []
+    if not lines:
+        return None
+    state, code, nodes, limit = (lines[0].split("|") + ["", "", "", ""])[:4]
+    # sacct says "CANCELLED by 1000".
+    return JobState(state=state.split()[0], nodes=nodes, exit_code=_exit_code(code), time_limit=limit)
+
+
+def cancel(job_id: str) -> JobState | None:
+    _slurm("scancel", job_id)
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    state = job_state(job_id)
+    while state is not None and not state.finished and time.monotonic() < deadline:
+        time.sleep(1)
+        state = job_state(job_id)
+    return state
+
+
+# After srun's "<task>: " label (and torchrun's "[rank<n>]: "), a Python exception ("RuntimeError: ...", "torch.OutOfMemoryError: ...")
+# or an argument parser's refusal ("run_volo.py: error: ...").
+EXCEPTION_LINE = re.compile(
+    r"^(?:(\d+): )?(?:\[rank\d+\]: )?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b:?.*|[\w.-]+\.py: error: .*)$"
+)
+# What torchrun and srun say about a rank that already failed: never the cause.
+NOT_CAUSES = ("ChildFailedError", "SignalException")
+
+
+def root_cause(log: Path) -> str | None:
+    """The first exception a rank raised, with the Slurm task (node) that raised it."""
+    try:
+        with open(log, "rb") as fh:
+            text = fh.read(4 * 2**20).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        found = EXCEPTION_LINE.match(line.strip())
+        if found and not any(name in found.group(2) for name in NOT_CAUSES):
+            where = f" (Slurm task {found.group(1)})" if found.group(1) else ""
+            return f"{found.group(2).strip()[:300]}{where}"
+    return None
+
+
+class JobHandle(Handle):
+    """A submitted job, followed with scontrol/sacct; slurm.json records it as it goes."""
+
+    def __init__(self, job_id: str, run_dir: Path, record: dict[str, Any], poll_seconds: float) -> None:
+        self.job_id = job_id
+        self.run_dir = run_dir
+        self.record = record
+        self.poll_seconds = poll_seconds
+        self.state: JobState | None = None
+        self._running_since: float | None = None
+        rundirs.write_json_atomic(run_dir / "slurm.json", record)
+
+    def _settled(self, state: JobState | None) -> Ended:
+        self.record.update(
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            state=state.state if state else None,
+            exit_code=state.exit_code if state else None,
+            nodes=state.nodes if state else None,
+        )
+        rundirs.write_json_atomic(self.run_dir / "slurm.json", self.record)
+        if state is None:
+            return Ended(None, f"Slurm job {self.job_id} vanished: neither scontrol nor sacct knows it")
+        if state.state == "COMPLETED" and state.exit_code == 0:
+            # The job is over; its summary.json may take a moment to show on shared storage.
+            wait_for(lambda: rundirs.summary(self.run_dir) is not None, SETTLE_SECONDS)
+            return Ended(0)
+        if state.state == "TIMEOUT":
+            return Ended(state.exit_code, "timeout")
+        if state.state == "FAILED":
+            # The first rank's exception says what went wrong; the log's last lines are srun's
+            # and torchrun's reports of it ("task 1: Exited with exit code 1").
+            return Ended(state.exit_code, root_cause(self.run_dir / "stdout.log"))
+        detail = f" ({state.reason})" if state.reason and state.reason != "None" else ""
+        return Ended(state.exit_code, f"Slurm job {self.job_id} {state.state}{detail}")
+
+    def poll(self) -> Ended | None:
+        self.state = job_state(self.job_id)
+        if self.state is None or self.state.finished:
+            return self._settled(self.state)
+        return None
+
+    def stop(self) -> Ended:
+        state = cancel(self.job_id)
+        self._settled(state)
+        return Ended(state.exit_code if state else None)
+
+    def describe(self, elapsed: float) -> str:
+        state = self.state
+        if state is not None and state.state == "RUNNING":
+            self._running_since = self._running_since or time.monotonic()
+            return f"Slurm job {self.job_id} running on {state.nodes} for {time.monotonic() - self._running_since:.0f}s"
+        why = f" ({state.reason})" if state and state.reason and state.reason != "None" else ""
+        return f"Slurm job {self.job_id} {state.state.lower() if state else 'submitted'}{why}"
+
+
+class SlurmRuntime(Runtime):
+    name = "slurm"
+    options_class = SlurmOptions
+    launches = "srun"
+
+    def __init__(self, options: SlurmOptions, container, poll_seconds: float = POLL_SECONDS) -> None:
+        super().__init__(options, container)
+        self.poll_seconds = poll_seconds
+
+    def auto_container(self, profile: Profile) -> tuple[str, str | None]:
+        """pyxis for GPU profiles (DGX-style clusters run enroot + pyxis), none otherwise."""
+        return ("pyxis", None) if profile.slurm.gres else ("none", None)
+
+    def check(self, profile: Profile) -> None:
+        reason = cluster_status()
+        if reason is not None:
+            raise ReprokitError(f"the slurm runtime needs a Slurm cluster: {reason}")
+        self.container.check(profile, self.name)
+
+    def job_script(self, cell: Cell, profile: Profile, run_dir: Path, mount: Path | None = None) -> str:
+        """The sbatch script of one cell, its run directory at run_dir (absolute in the script)."""
+        if profile.launcher == "mpirun" and cell.nodes > 1:
+            # run.sh's mpirun would start every rank on each node: one task per node is torchrun's layout.
+            raise ReprokitError(
+                f"{profile.name} launches with mpirun: the slurm runtime runs it on one node per job (--nodes 1)"
+            )
+        run_dir = run_dir.resolve()
+        # The session folder (runs/<cell>/..): a cell reads its producers' checkpoints beside it.
+        mount = (mount or run_dir.parent.parent).resolve()
+        return render(
+            JOBS,
+            "sbatch.j2",
+            cell=cell,
+            profile=profile,
+            options=self.options,
+            run_dir=str(run_dir),
+            script=str(run_dir / "sbatch.sh"),
+            part=self.container.srun(cell, run_dir, profile, mount),
+            gpus_per_node=gpus_per_node(profile, cell.devices),
+            bind=profile.launcher == "torchrun",
+            published_command=_published_command(cell),
+        )
+
+    def prepare(self, cell: Cell, run_dir: Path, profile: Profile) -> Path:
+        """cell.json, run.sh, bind-rank.sh and sbatch.sh in the run directory; returns sbatch.sh."""
+        run_dir = run_dir.resolve()
+        write_run_dir_inputs(cell, profile, run_dir)
+        if profile.launcher == "torchrun":
+            wrapper = run_dir / "bind-rank.sh"
+            wrapper.write_text(
+                render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile)
+            )
+            wrapper.chmod(0o755)
+        script = run_dir / "sbatch.sh"
+        script.write_text(self.job_script(cell, profile, run_dir))
+        script.chmod(0o755)
+        return script
+
+    def start(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
+        script = self.prepare(cell, run_dir, profile)
+        job_id = submit(script)
+        record = {
+            "job_id": job_id,
+            "script": str(script),
+            "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "options": asdict(self.options),
+            "container": self.container.name,
+            "image": self.container.srun(
+                cell, run_dir.resolve(), profile, run_dir.resolve().parent.parent
+            ).image,
+        }
+        return JobHandle(job_id, run_dir.resolve(), record, self.poll_seconds)
+
+    def dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
+        return (
+            "# sbatch.sh, submitted with `sbatch --parsable` (`inv render --runtime slurm` writes it):\n"
+            + self.job_script(cell, profile, run_dir)
+        )
