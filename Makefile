@@ -20,8 +20,10 @@ $(VENV)/.installed: pyproject.toml docker/locks/cpu.txt | $(BIN)/activate
 	$(BIN)/pip install --quiet -e ".[train,mlflow,dev]" -c docker/locks/cpu.txt
 	touch $@
 
-reproduce: $(VENV)/.installed  ## rerun every recipe at the scale that fits this machine
-	$(INV) reproduce $(ARGS)
+RECIPE ?= all
+
+reproduce: $(VENV)/.installed  ## rerun every recipe (RECIPE=name for one) at the scale that fits this machine
+	$(INV) reproduce $(RECIPE) $(ARGS)
 
 images: $(VENV)/.installed  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
@@ -34,7 +36,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 
 report: $(VENV)/.installed  ## rewrite the newest session's report
-	$(INV) report $$(ls -d results/*/ | sort | tail -n 1)
+	$(INV) report latest
 
 bench: $(VENV)/.installed  ## data-path and kit-overhead benchmarks (table + CSV in benchmarks/results/)
 	$(BIN)/python -m benchmarks.run $(ARGS)

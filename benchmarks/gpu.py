@@ -19,7 +19,7 @@ from typing import Any
 
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.results import collect, verdicts
-from reprokit.run import session
+from reprokit.run import supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes.base import run_script
@@ -158,7 +158,7 @@ def run(steps: int) -> list[dict[str, Any]]:
         check_arguments(cell)
         run_dir = RUNS / "runs" / cell.cell_id
         print(f"{cell.cell_id} ...", flush=True)
-        session.run_cell(runtime, cell, run_dir, profile, timeout=1800)
+        supervise.run_cell(runtime, cell, run_dir, profile, timeout=1800)
         rows.append(row(cell, run_dir))
         print(f"  {rows[-1]['status']}: {rows[-1]['per_device']} {cell.unit} per device", flush=True)
     return rows

@@ -169,7 +169,7 @@ def overhead() -> list[dict]:
     for _ in range(3):
         start = time.perf_counter()
         result = subprocess.run(
-            [sys.executable, "-m", "invoke", "reproduce", "--dry-run", "--accelerator", "cpu"],
+            [sys.executable, "-m", "invoke", "reproduce", "all", "--dry-run", "--accelerator", "cpu"],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -1,19 +1,24 @@
-"""The one options object of `run`, `reproduce` and `render`, and how a task is made from it.
+"""The one options object of `run`, `reproduce` and `render`, and the one place its values are read.
 
-invoke reads a task's flags from its function signature; the tasks that run recipes share most of
-theirs, so their signatures are made here from one dataclass (its fields' defaults and help), and
-each task body receives a filled `RunOptions`. Site settings (settings.py) fill what no flag gave.
+The tasks that run recipes share their flags: one dataclass holds them (defaults and help; flags.py
+makes the tasks' signatures from it). Site settings (settings.py) fill what no flag gave, and
+`request()` turns the result into the planner's `Request`, checking every value on the way: a bad
+one is a one-line error naming the flag and what to give, never a traceback.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
 
-from invoke import Task, task
-from invoke.parser import Argument
+from reprokit import settings
+from reprokit.errors import ReprokitError
+from reprokit.plan import data, recipes
+from reprokit.plan.request import Request
+
+T = TypeVar("T")
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:  # noqa: A002 - invoke's own word
@@ -70,7 +75,7 @@ class RunOptions:
         "image to run in: a tag (docker), a squashfs/.sif or image reference (pyxis, apptainer)",
         setting=True,
     )
-    repeat: int = _opt(1, "run each cell this many times: results give the median, min, max and spread")
+    repeat: str = _opt(None, "run each cell this many times: results give the median, min, max and spread")
     timeout: str = _opt(
         None, "seconds allowed per cell before it is stopped and recorded as timed out", setting=True
     )
@@ -81,10 +86,10 @@ class RunOptions:
 
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults (what a user or a setting said)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != _default(f)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != default_of(f)}
 
 
-def _default(item) -> Any:
+def default_of(item) -> Any:
     return item.default_factory() if item.default_factory is not MISSING else item.default
 
 
@@ -93,111 +98,96 @@ OPTIONS = {item.name: item for item in fields(RunOptions)}
 PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image", "user")
 RUN_FIELDS = tuple(OPTIONS)
 RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat"))
+# What a resumed session may be given: where results go, how long a cell may take, the plug-ins' options.
+RESUME_FIELDS = ("out", "timeout", "partition", "account", "time_limit", "exclusive", "image", "dry_run")
 
 
-class OptionalPositional(Argument):
-    """A positional argument that may be left out (reproduce: all recipes).
-
-    invoke's parser asks whether a positional argument is missing twice: to take the next bare word
-    as its value (wanted: `inv reproduce bridgetower`), and when the command line ends, to refuse a
-    missing one (not wanted: `inv reproduce`). Only the second question is answered differently."""
-
-    @property
-    def value(self) -> Any:
-        found = super().value
-        if found is None and _asked_at_the_end():
-            return ""
-        return found
-
-    @value.setter
-    def value(self, arg: str) -> None:
-        self.set_value(arg, cast=True)
-
-
-def _asked_at_the_end() -> bool:
-    frame = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            return False
-        if frame.f_code.co_name == "complete_context":
-            return True
-        frame = frame.f_back
-    return False
+def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
+    """Options with the site settings filling what no flag gave; the recipe folders put to use."""
+    site = settings.load()
+    filled = replace(
+        options,
+        runtime=options.runtime or site.get("runtime", "auto"),
+        container=options.container or site.get("container", "auto"),
+        out=options.out or site.get("results"),
+        partition=options.partition or site.get("partition"),
+        account=options.account or site.get("account"),
+        time_limit=options.time_limit or site.get("time_limit"),
+        exclusive=options.exclusive and bool(site.get("exclusive", True)),
+        image=options.image or site.get("image"),
+        timeout=options.timeout or site.get("timeout"),
+        recipes=[*site.get("recipes", []), *options.recipes],
+    )
+    recipes.use_dirs(filled.recipes)
+    if filled.out and Path(filled.out).exists() and not Path(filled.out).is_dir():
+        raise ReprokitError(f"--out {filled.out}: a file is there; give a folder to write into")
+    return filled, site
 
 
-class KitTask(Task):
-    def __init__(self, *args: Any, optional_positional: tuple[str, ...] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.optional_positional = frozenset(optional_positional)
-
-    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
-        arguments = super().get_arguments(ignore_unknown_help)
-        for argument in arguments:
-            if argument.name in self.optional_positional:
-                argument.__class__ = OptionalPositional
-        return arguments
+def _parsed(value: Any, convert: Callable[[Any], T], problem: str) -> T | None:
+    """A flag's value converted; None where it was not given, and `problem` as the one-line error
+    where it does not convert."""
+    if value in (None, ""):
+        return None
+    try:
+        return convert(value)
+    except (TypeError, ValueError):
+        raise ReprokitError(problem) from None
 
 
-def options_task(
-    names: tuple[str, ...],
-    recipe: str | None = None,
-    recipe_help: str = "a recipe name or a path to a recipe file",
-    defaults: dict[str, Any] | None = None,
-    extra: dict[str, tuple[Any, str]] | None = None,
-    **task_kwargs: Any,
-):
-    """Make an invoke task of `fn(c, recipe, options, **extra)` whose flags are the RunOptions fields
-    `names` and the task's own `extra` ones (name: (default, help)); `recipe` is "required",
-    "optional" or None (no recipe argument)."""
-    defaults = defaults or {}
-    extra = extra or {}
+def count(flag: str, value: Any, what: str) -> int | None:
+    """A whole number of at least 1 (--devices, --repeat), or None where not given."""
+    found = _parsed(value, int, f"{flag} {value}: give {what} (a whole number, 1 or more)")
+    if found is not None and found < 1:
+        raise ReprokitError(f"{flag} {value}: give {what} (a whole number, 1 or more)")
+    return found
 
-    def decorate(fn):
-        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        if recipe:
-            params.append(inspect.Parameter("recipe", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
-        for name in names:
-            item = OPTIONS[name]
-            value = defaults.get(name, _default(item))
-            # invoke makes a list flag of an iterable argument whose default is None.
-            params.append(
-                inspect.Parameter(
-                    name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None if value == [] else value
-                )
-            )
-        for name, (value, _) in extra.items():
-            params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value))
-        signature = inspect.Signature(params)
 
-        def body(c, *args, **kwargs):
-            bound = signature.bind(c, *args, **kwargs)
-            bound.apply_defaults()
-            values = dict(bound.arguments)
-            values.pop("c")
-            given_recipe = values.pop("recipe", None)
-            own = {name: values.pop(name) for name in extra}
-            options = RunOptions(
-                **{
-                    k: ([] if v is None and OPTIONS[k].metadata.get("iterable") else v)
-                    for k, v in values.items()
-                }
-            )
-            return fn(c, given_recipe, options, **own)
+def node_counts(value: Any) -> int | list[int] | None:
+    """--nodes 2, or a list 1,2 (each cell at each count)."""
+    counts = _parsed(
+        value,
+        lambda text: [int(part) for part in str(text).split(",")],
+        f"--nodes {value}: give a number of nodes, or a list such as 1,2",
+    )
+    if counts is None:
+        return None
+    if any(n < 1 for n in counts) or len(set(counts)) != len(counts):
+        raise ReprokitError(f"--nodes {value}: node counts must be distinct and at least 1")
+    return counts[0] if len(counts) == 1 else counts
 
-        body.__signature__ = signature  # type: ignore[attr-defined]
-        body.__name__, body.__doc__, body.__module__ = fn.__name__, fn.__doc__, fn.__module__
-        helps = {name: OPTIONS[name].metadata["help"] for name in names}
-        helps.update({name.rstrip("_"): text for name, (_, text) in extra.items()})
-        if recipe:
-            helps["recipe"] = recipe_help
-        return task(
-            body,
-            klass=KitTask,
-            help=helps,
-            iterable=[n for n in names if OPTIONS[n].metadata.get("iterable")],
-            positional=["recipe"] if recipe else [],
-            optional_positional=("recipe",) if recipe == "optional" else (),
-            **task_kwargs,
-        )
 
-    return decorate
+def seconds(flag: str, value: Any) -> float | None:
+    found = _parsed(value, float, f"{flag} {value}: give seconds")
+    if found is not None and not found > 0:
+        raise ReprokitError(f"{flag} {value}: give a number of seconds above 0")
+    return found
+
+
+def recipe_names(given: str | None) -> list[str]:
+    """The recipe argument: `all` (every recipe), one name or path, or several separated by commas."""
+    if not given or given == "all":
+        return []
+    return [name for name in given.split(",") if name]
+
+
+def request(names: list[str], options: RunOptions, site: settings.Settings) -> Request:
+    """The planner's input from the flags (and the settings that filled them), every value checked."""
+    plugin_options = {key: getattr(options, key) for key in PLUGIN_OPTIONS if key in options.given()}
+    return Request(
+        recipes=names,
+        accelerator=options.accelerator,
+        scale=options.scale,
+        runtime=options.runtime,
+        container=options.container,
+        variants=list(options.variant),
+        devices=count("--devices", options.devices, "devices per node"),
+        nodes=node_counts(options.nodes),
+        timeout=seconds("--timeout", options.timeout),
+        runtime_options=plugin_options,
+        settings=site.record(),
+        data={**site.get("data", {}), **data.parse(options.data)},
+        repeat=count("--repeat", options.repeat, "how many times to run each cell") or 1,
+    )
+
+

@@ -24,7 +24,7 @@ from reprokit import __version__
 from reprokit.errors import ReprokitError
 from reprokit.gitinfo import kit_revision
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.run import images, session
+from reprokit.run import images, supervise
 from reprokit.run.containers import docker as docker_platform
 from reprokit.run.handles import NoOptions
 from reprokit.run.images.build import BUILD_DIR, WHEELHOUSE_PORT, serve_directory
@@ -339,7 +339,7 @@ def docker_runtime(image: str | None = None) -> LocalRuntime:
 def run_in_docker(cell: cells.Cell, run_dir: Path, **kwargs) -> dict:
     runtime = docker_runtime()
     runtime.check(accelerators.get("cpu"))
-    return session.run_cell(runtime, cell, run_dir, accelerators.get("cpu"), **kwargs)
+    return supervise.run_cell(runtime, cell, run_dir, accelerators.get("cpu"), **kwargs)
 
 
 PROBE = """\
@@ -402,7 +402,8 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
 INTERRUPTED_RUN = """\
 import signal, sys
 from pathlib import Path
-from reprokit import accelerators, cells, recipes, session
+from reprokit.plan import accelerators, cells, recipes
+from reprokit.run import supervise
 from reprokit.run.containers.docker import Docker, DockerOptions
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes.local import LocalRuntime
@@ -412,7 +413,7 @@ cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", 
 cell.trainer = sys.argv[2]
 try:
     runtime = LocalRuntime(NoOptions(), Docker(DockerOptions()))
-    session.run_cell(runtime, cell, Path(sys.argv[1]), accelerators.get("cpu"))
+    supervise.run_cell(runtime, cell, Path(sys.argv[1]), accelerators.get("cpu"))
 except KeyboardInterrupt:
     print("interrupted")
 """

@@ -50,7 +50,7 @@ def two_sessions(tmp_path):
 
 def test_history_lists_every_session_and_writes_a_page_of_plots(two_sessions):
     results, first, second = two_sessions
-    shown = run_inv("history", "--results", str(results))
+    shown = run_inv("history", "all", "--results", str(results))
     assert shown.returncode == 0, shown.stderr
     assert first in shown.stdout and second in shown.stdout and "fake--fast" in shown.stdout
     page = results / "history.html"
@@ -58,7 +58,7 @@ def test_history_lists_every_session_and_writes_a_page_of_plots(two_sessions):
     assert page.read_text().count("data:image/png;base64,") == 2  # a plot per cell
     # A deleted session is gone from the store with its folder: nothing to re-import.
     shutil.rmtree(results / first)
-    again = run_inv("history", "--results", str(results), "--cell", "fast")
+    again = run_inv("history", "all", "--results", str(results), "--cell", "fast")
     assert first not in again.stdout and second in again.stdout and "fake--base" not in again.stdout
     # The recipe as a positional word, as in every task that takes one.
     assert "fake--fast" in run_inv("history", "fake", "--results", str(results)).stdout
@@ -68,17 +68,17 @@ def test_history_lists_every_session_and_writes_a_page_of_plots(two_sessions):
 
 def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_sessions):
     results, first, second = two_sessions
-    compared = run_inv("compare", first, second, "--results", str(results))
+    compared = run_inv("compare", "-a", first, "-b", second, "--results", str(results))
     assert compared.returncode == 0, compared.stderr
     lines = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if "│ fake--" in line}
     assert "0.700" in lines["fake--fast"] and "regressed" in lines["fake--fast"]
     assert "1.010" in lines["fake--base"] and "same" in lines["fake--base"]
     assert "recipe_hash" in compared.stdout  # the recipe files differ between the two sessions
     # latest and previous name the two newest sessions.
-    assert run_inv("compare", "previous", "latest", "--results", str(results)).stdout == compared.stdout
+    assert run_inv("compare", "--results", str(results)).stdout == compared.stdout
     # Two session folders need no results folder.
     by_folder = subprocess.run(
-        [sys.executable, "-m", "reprokit", "compare", str(results / first), str(results / second)],
+        [sys.executable, "-m", "reprokit", "compare", "-a", str(results / first), "-b", str(results / second)],
         cwd=results.parent.parent, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert by_folder.returncode == 0, by_folder.stderr
@@ -87,17 +87,17 @@ def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_session
 
 def test_fail_on_regression_fails_only_beyond_its_threshold(two_sessions):
     results, first, second = two_sessions
-    failed = run_inv("compare", first, second, "--results", str(results), "--fail-on-regression", "10")
+    failed = run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10")
     assert failed.returncode == 2
     assert failed.stderr.strip().splitlines()[-1] == (
         "reprokit: 1 cell(s) regressed by more than 10%: fake--fast (0.70x)"
     )
     assert (
-        run_inv("compare", first, second, "--results", str(results), "--fail-on-regression", "40").returncode
+        run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "40").returncode
         == 0
     )
     assert (
-        run_inv("compare", first, first, "--results", str(results), "--fail-on-regression", "1").returncode
+        run_inv("compare", "-a", first, "-b", first, "--results", str(results), "--fail-on-regression", "1").returncode
         == 0
     )
 

@@ -9,7 +9,10 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.run import containers, runtimes, session
+from reprokit.plan.planner import plan
+from reprokit.plan.request import Request
+from reprokit.run import containers, runtimes, session, supervise
+from reprokit.run.wiring import runtime_for
 from tests.fakes import FAKES, fake_recipe
 
 
@@ -23,10 +26,10 @@ def test_a_runtime_plug_in_is_one_file_and_one_registry_line(tmp_path, monkeypat
     recipe = str(
         fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True, "args": {"fake_rate": 50}}])
     )
-    the_plan = session.plan([recipe], "cpu", "smoke", "nice")
+    the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="nice"))
     assert (the_plan.runtime, the_plan.container) == ("nice", "none")
-    folder = session.new_session_dir(str(tmp_path / "results"), None)
-    (outcome,) = session.run_cells(
+    folder = session.new_dir(str(tmp_path / "results"))
+    (outcome,) = supervise.run_cells(
         the_plan, folder, runtime_options={"niceness": 7}, report_line=lambda c, o: None
     )
     assert outcome["status"] == "ok" and outcome["samples_per_second"] == 50
@@ -35,20 +38,20 @@ def test_a_runtime_plug_in_is_one_file_and_one_registry_line(tmp_path, monkeypat
     with pytest.raises(
         ReprokitError, match=r"--partition is an option of the slurm runtime \(this session runs nice\)"
     ):
-        session.build_runtime(the_plan, {"partition": "batch"})
+        runtime_for(the_plan, {"partition": "batch"})
 
 
 def test_a_container_platform_plug_in_is_one_file_and_one_registry_line(tmp_path, monkeypatch, fake_trainers):
     monkeypatch.setitem(containers.REGISTRY.targets, "scrubbed", "tests.plugins.scrubbed_container:Scrubbed")
     monkeypatch.setenv("HF_TOKEN", "secret-to-scrub")
     recipe = str(fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True, "args": {}}]))
-    the_plan = session.plan([recipe], "cpu", "smoke", "local", container="scrubbed")
-    folder = session.new_session_dir(str(tmp_path / "results"), None)
-    (outcome,) = session.run_cells(the_plan, folder, report_line=lambda c, o: None)
+    the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="local", container="scrubbed"))
+    folder = session.new_dir(str(tmp_path / "results"))
+    (outcome,) = supervise.run_cells(the_plan, folder, report_line=lambda c, o: None)
     assert outcome["status"] == "ok"
     # The same platform inside a Slurm job: its prefix on srun's command line.
-    slurm_plan = session.plan([recipe], "cpu", "smoke", "slurm", container="scrubbed")
-    runtime = session.build_runtime(slurm_plan, {"scrub": ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY")})
+    slurm_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="slurm", container="scrubbed"))
+    runtime = runtime_for(slurm_plan, {"scrub": ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY")})
     text = runtime.dry_run(slurm_plan.cells[0], tmp_path / "s" / "runs" / "fake--v", accelerators.get("cpu"))
     assert 'env --unset=HF_TOKEN --unset=AWS_SECRET_ACCESS_KEY bash "$RUN_DIR/run.sh"' in text
     assert json.loads((folder / "runs" / "fake--v" / "cell.json").read_text())["cell_id"] == "fake--v"
@@ -56,12 +59,12 @@ def test_a_container_platform_plug_in_is_one_file_and_one_registry_line(tmp_path
 
 def test_an_unknown_runtime_or_platform_is_one_line_naming_the_known_ones():
     with pytest.raises(ReprokitError, match=r"unknown runtime 'kubernetes'; known runtimes: local, slurm"):
-        session.plan([], "cpu", "smoke", "kubernetes")
+        plan(Request(recipes=[], accelerator="cpu", scale="smoke", runtime="kubernetes"))
     with pytest.raises(
         ReprokitError, match=r"unknown container platform 'podman'; known container platforms: none, docker"
     ):
-        session.plan([], "cpu", "smoke", "local", container="podman")
+        plan(Request(recipes=[], accelerator="cpu", scale="smoke", runtime="local", container="podman"))
     with pytest.raises(
         ReprokitError, match=r"the slurm runtime runs cells in none, pyxis, apptainer, not docker"
     ):
-        session.plan([], "cpu", "smoke", "slurm", container="docker")
+        plan(Request(recipes=[], accelerator="cpu", scale="smoke", runtime="slurm", container="docker"))

@@ -161,7 +161,7 @@ def test_broken_yaml_names_the_line(recipe_file):
         ),
         (("show", "bridgetower", "--scale", "huge"), "unknown scale 'huge'"),
         (("show", "bridgetower", "--variant", "workers9"), "has no variant 'workers9'"),
-        (("reproduce", "--runtime", "kubernetes", "--dry-run"), "unknown runtime 'kubernetes'"),
+        (("reproduce", "all", "--runtime", "kubernetes", "--dry-run"), "unknown runtime 'kubernetes'"),
     ],
 )
 def test_bad_names_give_one_line_and_exit_code_2(inv, args, expected):

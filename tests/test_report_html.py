@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.plan.planner import plan
+from reprokit.plan.request import Request
 from reprokit.results import plots
-from reprokit.run import session
+from reprokit.run import session, supervise
 from tests.conftest import ROOT, run_inv
 from tests.fakes import FAKES, fake_recipe
 
@@ -32,12 +34,12 @@ VARIANTS = [
 def session_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
     recipe = str(fake_recipe(tmp_path / "fake.yaml", VARIANTS))
-    the_plan = session.plan([recipe], "cpu", "published", "local")
-    folder = session.new_session_dir(str(tmp_path / "results"), None)
-    session.save_session(
-        folder, the_plan, session.Request(recipes=[recipe], accelerator="cpu", scale="published")
+    the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="published", runtime="local"))
+    folder = session.new_dir(str(tmp_path / "results"))
+    session.save(
+        folder, the_plan, Request(recipes=[recipe], accelerator="cpu", scale="published")
     )
-    session.run_cells(the_plan, folder, report_line=lambda cell, outcome: None)
+    supervise.run_cells(the_plan, folder, report_line=lambda cell, outcome: None)
     return folder
 
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.plan.planner import plan
+from reprokit.plan.request import Request
 from reprokit.results import collect
-from reprokit.run import session
+from reprokit.run import session, supervise
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe
 
@@ -89,7 +91,7 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
         trainer_pid = int((runs / "fake--second" / "fake.pid").read_text())
         stderr = _stop(proc, sig)
     assert proc.returncode == 130, stderr
-    assert "--resume" in stderr and "Traceback" not in stderr
+    assert "inv resume " in stderr and "Traceback" not in stderr
     # The running cell was stopped with the session (no orphan trainer) and recorded as such.
     assert not _alive(trainer_pid)
     interrupted = json.loads((runs / "fake--second" / "summary.json").read_text())
@@ -99,7 +101,7 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     assert [(r["status"]) for r in table.values()] == ["ok", "interrupted", "not started"]
 
     # --resume alone: the plan (recipe file, accelerator, scale, runtime) comes from session.json.
-    resumed = run_inv("reproduce", "--resume", session_dir.name, "--out", str(out), env=fake_env())
+    resumed = run_inv("resume", session_dir.name, "--out", str(out), env=fake_env())
     assert resumed.returncode == 0, resumed.stderr
     assert "fake--first: complete, not rerun" in resumed.stderr
     assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
@@ -134,7 +136,7 @@ def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path,
     (session_dir,) = out.iterdir()
     summary = json.loads((session_dir / "runs" / "fake--done" / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["samples_per_second"] == 123
-    resumed = run_inv("reproduce", "--resume", str(session_dir), env=fake_env())
+    resumed = run_inv("resume", str(session_dir), env=fake_env())
     assert resumed.returncode == 0, resumed.stderr
     assert "fake--done: complete, not rerun" in resumed.stderr
 
@@ -147,7 +149,7 @@ def test_resume_refuses_flags_that_would_plan_other_cells(tmp_path):
     )
     assert first.returncode == 0, first.stderr
     (session_dir,) = out.iterdir()
-    result = run_inv("reproduce", "--resume", str(session_dir), "--scale", "published", env=fake_env())
+    result = run_inv("reproduce", str(recipe), "--resume", str(session_dir), "--scale", "published", env=fake_env())
     assert result.returncode == 2
     message = result.stderr.strip()
     assert "\n" not in message and "leave out --scale published (the session used smoke)" in message
@@ -173,7 +175,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     assert time.monotonic() - started < 30
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("reprokit: 3 of 5 cells did not complete") and "--resume" in last
+    assert last.startswith("reprokit: 3 of 5 cells did not complete") and "rerun them with: inv resume " in last
     (session_dir,) = out.iterdir()
     runs = session_dir / "runs"
     crash = json.loads((runs / "fake--crash" / "summary.json").read_text())
@@ -209,11 +211,11 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
 def _run_session(tmp_path: Path, monkeypatch, variants: list[dict], scale: str = "published") -> Path:
     monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
     recipe = str(fake_recipe(tmp_path / "fake.yaml", variants))
-    the_plan = session.plan([recipe], "cpu", scale, "local")
-    session_dir = session.new_session_dir(str(tmp_path / "results"), None)
-    request = session.Request(recipes=[recipe], accelerator="cpu", scale=scale, runtime="local")
-    session.save_session(session_dir, the_plan, request)
-    session.run_cells(the_plan, session_dir, report_line=lambda cell, outcome: None)
+    the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale=scale, runtime="local"))
+    session_dir = session.new_dir(str(tmp_path / "results"))
+    request = Request(recipes=[recipe], accelerator="cpu", scale=scale, runtime="local")
+    session.save(session_dir, the_plan, request)
+    supervise.run_cells(the_plan, session_dir, report_line=lambda cell, outcome: None)
     return session_dir
 
 
@@ -291,5 +293,5 @@ def test_rows_come_from_run_directories_and_planned_cells_that_never_ran_are_lis
 
 
 def test_sessions_started_in_the_same_second_get_their_own_folders(tmp_path):
-    folders = {session.new_session_dir(str(tmp_path), None) for _ in range(3)}
+    folders = {session.new_dir(str(tmp_path)) for _ in range(3)}
     assert len(folders) == 3 and all(f.is_dir() for f in folders)

@@ -49,6 +49,6 @@ def test_a_session_records_the_settings_it_ran_with(tmp_path):
 
 def test_a_broken_settings_file_is_one_line(tmp_path):
     (tmp_path / "reprokit.yaml").write_text("runtime: [unclosed\n")
-    result = run_inv("--search-root", str(ROOT), "reproduce", "--dry-run", cwd=tmp_path)
+    result = run_inv("--search-root", str(ROOT), "reproduce", "all", "--dry-run", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("reprokit: a reprokit settings file cannot be read")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.run import session
+from reprokit.run import supervise
 from reprokit.run.containers.docker import Docker, DockerOptions
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes.local import LocalRuntime
@@ -57,7 +57,7 @@ def _run(image: str, cell: cells.Cell, session_dir) -> tuple[dict, dict]:
     runtime = LocalRuntime(NoOptions(), Docker(DockerOptions(image=image, user=USER)))
     run_dir = session_dir / "runs" / cell.cell_id
     runtime.check(accelerators.get("cpu"))
-    outcome = session.run_cell(runtime, cell, run_dir, accelerators.get("cpu"), timeout=900)
+    outcome = supervise.run_cell(runtime, cell, run_dir, accelerators.get("cpu"), timeout=900)
     assert outcome["status"] == "ok", (outcome.get("error"), (outcome.get("log_tail") or [])[-15:])
     return outcome, json.loads((run_dir / "sysinfo.json").read_text())
 

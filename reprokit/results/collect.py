@@ -18,11 +18,9 @@ from typing import Any
 
 from reprokit.plan import accelerators
 from reprokit.results import verdicts, records
-from reprokit.run import rundirs
+from reprokit.run import rundirs, session
 from reprokit.errors import ReprokitError
 
-SESSION_FILE = "session.json"
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
 COLUMNS = [
     "recipe",
@@ -103,7 +101,7 @@ def _parse_time(text: Any) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
-        return datetime.strptime(text, TIME_FORMAT)
+        return datetime.strptime(text, session.TIME_FORMAT)
     except ValueError:
         try:
             return datetime.fromisoformat(text)
@@ -225,7 +223,7 @@ def row(run_dir: Path) -> dict[str, Any]:
 
 def _planned_rows(session_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows in the session's planned order, with the planned cells that never started included."""
-    planned = session_plan(session_dir).get("cells") or []
+    planned = session.stored(session_dir).get("cells") or []
     by_id = {r["cell_id"]: r for r in found}
     ordered: list[dict[str, Any]] = []
     for item in planned:

@@ -18,6 +18,8 @@ from rich.table import Table
 from reprokit.results import collect, verdicts, pages
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
+from reprokit.run import session
+from reprokit.invocation import command
 from reprokit.plan.definitions import DEFINITIONS
 
 VERDICT_STYLES = {
@@ -212,7 +214,7 @@ def container_phrase(container: str | None) -> str:
 
 
 def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) -> list[Block]:
-    plan = collect.session_plan(session_dir)
+    plan = session.stored(session_dir)
     scales = sorted({r.get("scale") or "-" for r in table}) or ["-"]
     accelerators = sorted({r.get("accelerator") or "-" for r in table}) or ["-"]
     devices = sorted({r.get("device_name") for r in table if r.get("device_name")})
@@ -286,7 +288,7 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
             if tail:
                 out.append(Block("pre", "\n".join(tail[-15:])))
         out.append(
-            Block("p", f"Rerun them (complete cells are kept) with `inv reproduce --resume {session_dir}`.")
+            Block("p", f"Rerun them (complete cells are kept) with `{command()} resume {session_dir}`.")
         )
     out += [
         Block("h2", "Provenance"),

@@ -11,44 +11,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reprokit.run import rundirs
 from reprokit.errors import ReprokitError
-
-SESSION_FILE = "session.json"
+from reprokit.run import session
 
 
 def sessions(results: Path) -> list[dict[str, Any]]:
-    """The sessions of a results folder, oldest first: name, folder and when each was made."""
-    found = []
-    for folder in sorted(p for p in results.glob("*") if (p / "results.jsonl").exists()):
-        plan = rundirs.read_json(folder / SESSION_FILE) or {}
-        found.append(
-            {"session": folder.name, "folder": folder, "created_at": plan.get("created_at") or folder.name}
-        )
-    return sorted(found, key=lambda s: (str(s["created_at"]), s["session"]))
+    """The sessions of a results folder that have results, oldest first: name, folder, when made."""
+    return [
+        {"session": folder.name, "folder": folder, "created_at": session.stored(folder).get("created_at") or folder.name}
+        for folder in session.listed(results, "results.jsonl")
+    ]
 
 
 def resolve_session(results: Path, name: str) -> Path:
-    """A session by folder, by name under the results folder, or `latest` / `previous`."""
-    if name in ("latest", "previous"):
-        known = sessions(results)
-        wanted = 1 if name == "latest" else 2
-        if len(known) < wanted:
-            raise ReprokitError(
-                f"{results} holds {len(known)} session(s) with results: there is no {name} one"
-            )
-        return known[-wanted]["folder"]
-    for candidate in (Path(name), results / name):
-        if (candidate / "results.jsonl").exists():
-            return candidate
-    raise ReprokitError(
-        f"no session {name!r} with results under {results} (give a folder, a name, latest or previous)"
-    )
+    """A session with results: by folder, by name under the results folder, or `latest` / `previous`."""
+    return session.find(name, results, "results.jsonl")
 
 
 NUMBERS = {"devices", "world_size", "nodes", "batch_per_device", "workers", "max_steps", "steps", "repeats"}
 TEXT = {"recipe", "variant", "group", "scale", "accelerator", "device_name", "device", "unit", "definition",
-        "reference_source", "normalization", "verdict", "verdict_reasons", "speedup_reference_device",
+        "reference_source", "normalization", "verdict", "verdict_reasons", "quality_departures", "speedup_reference_device",
         "speedup_verdict", "speedup_verdict_reasons", "status", "error", "data", "image_id", "kit_revision",
         "recipe_hash", "torch", "transformers", "timm", "started_at", "finished_at", "cell_id", "session"}  # fmt: skip
 NESTED = ("provenance", "repetitions", "measurements")

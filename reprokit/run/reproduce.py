@@ -1,24 +1,28 @@
 """One `inv reproduce`: plan (or resume) a session, run its cells, collect and report.
 
-The tasks only turn flags into a `session.Request`; what happens to it lives here.
+The tasks only turn flags into a `Request`; what happens to it lives here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from reprokit.console import console
 from reprokit.errors import RunFailed
+from reprokit.invocation import command
 from reprokit.plan import accelerators
-from reprokit.results import report
-from reprokit.run import session
+from reprokit.plan.planner import Plan, plan
+from reprokit.plan.request import Request
+from reprokit.results import collect, report
+from reprokit.run import session, supervise
 from reprokit.run.runtimes.base import run_script
-from reprokit.run.session import Plan, Request
+from reprokit.run.wiring import runtime_for
 
 
 def dry_run_text(the_plan: Plan, request: Request, out: str | None) -> str:
     """What would run: each cell's run.sh, and what its runtime and container wrap around it."""
     profile = accelerators.get(the_plan.accelerator)
-    runtime = session.build_runtime(the_plan, request.runtime_options)
+    runtime = runtime_for(the_plan, request.runtime_options)
     where = the_plan.runtime + ("" if the_plan.container == "none" else f" in {the_plan.container}")
     parts: list[str] = []
     for cell in the_plan.cells:
@@ -38,24 +42,24 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     """
     if resume:
         # The session's own plan (session.json), so the same cells are rerun without repeating flags.
-        session_dir = session.resume_dir(out, resume)
+        session_dir = session.find(resume, Path(out) if out else None)
         the_plan, request = session.resume_plan(session_dir, request)
     else:
-        the_plan = session.plan_request(request)
-    session.build_runtime(the_plan, request.runtime_options)  # a stray option is refused before anything runs
+        the_plan = plan(request)
+    runtime_for(the_plan, request.runtime_options)  # a stray option is refused before anything runs
     for message in the_plan.messages:
-        session.console.print(message)
+        console.print(message)
     if dry_run:
         print(dry_run_text(the_plan, request, out))
         return None
     if resume:
         session.mark_resumed(session_dir)
     else:
-        session_dir = session.new_session_dir(out, None)
-        session.save_session(session_dir, the_plan, request)
-    session.console.print(f"Session: {session_dir}")
+        session_dir = session.new_dir(out)
+        session.save(session_dir, the_plan, request)
+    console.print(f"Session: {session_dir}")
     try:
-        outcomes = session.run_cells(
+        outcomes = supervise.run_cells(
             the_plan,
             session_dir,
             resume=bool(resume),
@@ -64,12 +68,12 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         )
     except KeyboardInterrupt:
         # results.csv still says what the run directories say, interrupted cell included.
-        report.collect.collect(session_dir)
-        session.console.print(f"Interrupted. Finish the session with: inv reproduce --resume {session_dir}")
+        collect.collect(session_dir)
+        console.print(f"Interrupted. Finish the session with: {command()} resume {session_dir}")
         raise
     written = report.write(session_dir)
     report.print_table(written.table)
-    session.console.print(
+    console.print(
         f"Report: {written.html} ({written.markdown.name})\n"
         f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
     )
@@ -77,6 +81,6 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     if failed:
         raise RunFailed(
             f"{len(failed)} of {len(outcomes)} cells did not complete (see {written.markdown}); "
-            f"rerun them with: inv reproduce --resume {session_dir}"
+            f"rerun them with: {command()} resume {session_dir}"
         )
     return session_dir

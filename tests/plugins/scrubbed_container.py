@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.run.containers.base import Container, SrunPart
+from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch
 from reprokit.run.containers.none import environment
-from reprokit.run.handles import Handle, ProcessHandle
 
 
 @dataclass(frozen=True)
@@ -19,13 +17,8 @@ class ScrubbedOptions:
 class Scrubbed(Container):
     name = "scrubbed"
     options_class = ScrubbedOptions
+    launches = frozenset({LOCAL, SRUN})
 
-    def prefix(self) -> list[str]:
-        return ["env", *(f"--unset={name}" for name in self.options.scrub)]
-
-    def start_local(self, cell, run_dir: Path, profile) -> Handle:
-        command = [*self.prefix(), "bash", str(run_dir / "run.sh")]
-        return ProcessHandle(command, run_dir, {**os.environ, **environment(run_dir)})
-
-    def srun(self, cell, run_dir: Path, profile, mount: Path) -> SrunPart:
-        return SrunPart(prefix=self.prefix())
+    def launch(self, cell, run_dir: Path, profile, how: str, mount: Path) -> Launch:
+        prefix = ["env", *(f"--unset={name}" for name in self.options.scrub)]
+        return Launch(prefix=prefix, env=environment(run_dir) if how == LOCAL else {})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 from pathlib import Path
@@ -11,15 +10,16 @@ from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
-from reprokit.run.containers.base import Container, SrunPart
+from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch, start_process
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, node_image
 from reprokit.run.containers.pyxis import _in_image_setup
-from reprokit.run.handles import Handle, ProcessHandle
+from reprokit.run.handles import Handle
 
 
 class Apptainer(Container):
     name = "apptainer"
     options_class = NodeImageOptions
+    launches = frozenset({LOCAL, SRUN})
 
     def check(self, profile: Profile, runtime: str) -> None:
         if runtime == "local" and shutil.which("apptainer") is None:
@@ -33,26 +33,19 @@ class Apptainer(Container):
         binds = ",".join([f"{mount}:{mount}", *(f"{p}:{p}:ro" for p in cell.data.values())])
         return ["apptainer", "exec", *gpu, "--bind", binds, image]
 
-    def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
-        image = node_image(self.options, profile, "apptainer", self.name)
-        mount = run_dir.resolve().parent.parent
+    def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
+        image = self.options.image or str(images.export_path(profile, "apptainer"))
+        prefix = self.command(cell, profile, image, mount)
+        if how == SRUN:
+            return Launch(setup=_in_image_setup(profile), prefix=prefix, image=image)
+        run_dir = run_dir.resolve()
         # Apptainer passes the host's environment in: the kit's own interpreter must not leak in.
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "REPROKIT_TRAINERS_PATH")}
-        env.update(RUN_DIR=str(run_dir.resolve()), REPROKIT_IMAGE_TAG=images.image_tag(profile))
-        command = [*self.command(cell, profile, image, mount), "bash", str(run_dir.resolve() / "run.sh")]
-        return ProcessHandle(command, run_dir, env)
+        env = {"RUN_DIR": str(run_dir), "REPROKIT_IMAGE_TAG": images.image_tag(profile)}
+        launch = Launch(prefix=prefix, env=env, clear=("PYTHON", "REPROKIT_TRAINERS_PATH"), image=image)
 
-    def local_dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
-        image = self.options.image or str(images.export_path(profile, "apptainer"))
-        command = [
-            *self.command(cell, profile, image, run_dir.resolve().parent.parent),
-            "bash",
-            str(run_dir / "run.sh"),
-        ]
-        return "# in the Apptainer image, with the session folder bound:\n" + shlex.join(command) + "\n"
+        def start() -> Handle:
+            node_image(self.options, profile, "apptainer", self.name)
+            return start_process(launch, run_dir)
 
-    def srun(self, cell: Cell, run_dir: Path, profile: Profile, mount: Path) -> SrunPart:
-        image = self.options.image or str(images.export_path(profile, "apptainer"))
-        return SrunPart(
-            setup=_in_image_setup(profile), prefix=self.command(cell, profile, image, mount), image=image
-        )
+        shown = "# in the Apptainer image, with the session folder bound:\n" + shlex.join(launch.argv(run_dir)) + "\n"
+        return Launch(prefix=prefix, env=env, clear=launch.clear, image=image, shown=shown, start=start)

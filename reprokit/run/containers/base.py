@@ -1,69 +1,77 @@
-"""What every container platform is: how run.sh is started inside it, on this machine (the local
-runtime) and inside a Slurm job's srun (the slurm runtime).
+"""What every container platform is: one method, `launch`, that says how `bash run.sh` runs inside
+it where a runtime starts it: on this machine (the local runtime) or in each task of a Slurm job
+(the slurm runtime). As in ReFrame, a platform only emits what wraps the command; the runtime runs it.
 
-A new platform is one module with a subclass of `Container` and its options dataclass, and one
-line in the registry (containers/__init__.py). Which runtimes it serves follows from what it
-implements: `start_local` for runtimes that start cells on this machine, `srun` for Slurm's.
+A new platform is one module with a subclass of `Container` (its `launches` and `launch`) and its
+options dataclass, and one line in the registry (containers/__init__.py).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
-from abc import ABC
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run.handles import Handle, NoOptions
+from reprokit.run.handles import Handle, NoOptions, ProcessHandle
+
+# The ways runtimes start cells: a process on this machine, or srun inside a Slurm job.
+LOCAL, SRUN = "local", "srun"
 
 
 @dataclass(frozen=True)
-class SrunPart:
-    """A platform's share of a Slurm job script: lines before srun, srun flags, and what precedes
-    `bash run.sh` on srun's command line."""
+class Launch:
+    """How a platform runs a cell's run.sh: what precedes `bash run.sh` on its command line, the
+    environment it needs (and the host variables it must not see), the job-script lines before it
+    and srun's own flags (Slurm), the image, what a dry run shows, and, for a platform that starts
+    cells through an API rather than a command (Docker's SDK), the function that starts one."""
 
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    clear: tuple[str, ...] = ()
     setup: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    prefix: list[str] = field(default_factory=list)
     image: str | None = None
+    shown: str = ""
+    start: Callable[[], Handle] | None = None
+
+    def argv(self, run_dir: Path) -> list[str]:
+        return [*self.prefix, "bash", str(run_dir / "run.sh")]
 
     def command(self) -> str:
-        """What srun runs on each node: run.sh, after the platform's prefix."""
+        """What srun runs in each task of a job: run.sh, after the platform's prefix."""
         return " ".join([*(shlex.quote(token) for token in self.prefix), 'bash "$RUN_DIR/run.sh"'])
 
 
-# How a runtime starts cells, and the Container method a platform implements to serve it.
-LAUNCHES = {"local": "start_local", "srun": "srun"}
+def start_process(launch: Launch, run_dir: Path) -> Handle:
+    """Start a launch that is a command on this machine, in this environment less what it clears."""
+    env = {k: v for k, v in os.environ.items() if k not in launch.clear}
+    return ProcessHandle(launch.argv(run_dir), run_dir, {**env, **launch.env})
 
 
 class Container(ABC):
     name: ClassVar[str]
     options_class: ClassVar[type] = NoOptions
+    # The ways of starting cells this platform serves (LOCAL, SRUN): the runtimes it can run under.
+    launches: ClassVar[frozenset[str]]
 
     def __init__(self, options: Any) -> None:
         self.options = options
-
-    @classmethod
-    def serves(cls, launches: str) -> bool:
-        """Whether cells of a runtime that starts them this way ("local", "srun") can run in it."""
-        method = LAUNCHES[launches]
-        return getattr(cls, method) is not getattr(Container, method)
 
     def check(self, profile: Profile, runtime: str) -> None:
         """Raise ReprokitError (one line) when this platform cannot run cells for `runtime` here."""
         return None
 
-    def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
-        raise ReprokitError(f"the {self.name} container platform does not run cells on this machine")
-
-    def local_dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
-        return ""
-
-    def srun(self, cell: Cell, run_dir: Path, profile: Profile, mount: Path) -> SrunPart:
-        raise ReprokitError(f"the {self.name} container platform does not run inside Slurm jobs")
+    @abstractmethod
+    def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
+        """How `bash run.sh` of `run_dir` runs in this platform when started `how` (LOCAL or SRUN),
+        with `mount` (the session folder) visible. Nothing is started or checked here: a dry run
+        calls it too."""
 
     def describe(self) -> str:
         return self.name

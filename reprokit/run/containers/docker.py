@@ -23,7 +23,7 @@ from reprokit.errors import ReprokitError, StartFailed
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
-from reprokit.run.containers.base import Container
+from reprokit.run.containers.base import LOCAL, Container, Launch
 from reprokit.run.handles import Ended, Handle
 
 CONTAINER_RUNS = "/reprokit/runs"
@@ -267,6 +267,7 @@ def _oom_killed(container) -> bool:
 class Docker(Container):
     name = "docker"
     options_class = DockerOptions
+    launches = frozenset({LOCAL})
 
     def __init__(self, options: DockerOptions) -> None:
         super().__init__(options)
@@ -295,23 +296,29 @@ class Docker(Container):
             self._images[profile.name] = info
         return self._images[profile.name]
 
-    def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
-        image = self._image(profile)
-        if self.options.user and os.getuid() == 0:
-            # The kit runs as root and the container as another uid: the run directory becomes theirs,
-            # or they could not write their results into it.
-            uid, _, gid = self.options.user.partition(":")
-            for path in [run_dir, *run_dir.rglob("*")]:
-                os.chown(path, int(uid), int(gid or uid))
-        spec = container_spec(
-            cell, run_dir, profile, image["tag"], image["labels"], image["id"], run_as=self.options.user
-        )
-        return DockerHandle(self._client(), spec, run_dir)
-
-    def local_dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
-        spec = container_spec(
+    def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
+        # Through the engine's API, not a command: the handle follows the container itself.
+        shown = container_spec(
             cell, run_dir, profile, self.options.image or images.image_tag(profile), run_as=self.options.user
         )
-        spec.environment.pop("REPROKIT_IMAGE_ID")
-        spec.environment.pop("REPROKIT_IMAGE_LABELS")  # known only once the image is inspected
-        return "# in the image, with the session's runs/ mounted:\n" + spec.command_line() + "\n"
+        shown.environment.pop("REPROKIT_IMAGE_ID")
+        shown.environment.pop("REPROKIT_IMAGE_LABELS")  # known only once the image is inspected
+
+        def start() -> Handle:
+            image = self._image(profile)
+            if self.options.user and os.getuid() == 0:
+                # The kit runs as root and the container as another uid: the run directory becomes
+                # theirs, or they could not write their results into it.
+                uid, _, gid = self.options.user.partition(":")
+                for path in [run_dir, *run_dir.rglob("*")]:
+                    os.chown(path, int(uid), int(gid or uid))
+            spec = container_spec(
+                cell, run_dir, profile, image["tag"], image["labels"], image["id"], run_as=self.options.user
+            )
+            return DockerHandle(self._client(), spec, run_dir)
+
+        return Launch(
+            image=shown.image,
+            shown="# in the image, with the session's runs/ mounted:\n" + shown.command_line() + "\n",
+            start=start,
+        )

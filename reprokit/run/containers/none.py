@@ -3,7 +3,6 @@ cluster, both on storage every node sees)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -11,8 +10,7 @@ from pathlib import Path
 from reprokit import trainers
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run.containers.base import Container, SrunPart
-from reprokit.run.handles import Handle, ProcessHandle
+from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch
 
 
 def environment(run_dir: Path) -> dict[str, str]:
@@ -28,15 +26,13 @@ def environment(run_dir: Path) -> dict[str, str]:
 
 class NoContainer(Container):
     name = "none"
+    launches = frozenset({LOCAL, SRUN})
 
-    def start_local(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
-        return ProcessHandle(
-            ["bash", str(run_dir / "run.sh")], run_dir, {**os.environ, **environment(run_dir)}
-        )
-
-    def srun(self, cell: Cell, run_dir: Path, profile: Profile, mount: Path) -> SrunPart:
+    def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
         env = environment(run_dir)
-        return SrunPart(
+        if how == LOCAL:
+            return Launch(env=env)
+        return Launch(
             setup=[
                 "# No container: the trainers and the interpreter of the submitting machine, on shared storage.",
                 f"export PYTHON={shlex.quote(env['PYTHON'])}",

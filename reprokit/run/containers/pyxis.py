@@ -8,20 +8,21 @@ from pathlib import Path
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
-from reprokit.run.containers.base import Container, SrunPart
+from reprokit.run.containers.base import SRUN, Container, Launch
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, node_image
 
 
 class Pyxis(Container):
     name = "pyxis"
     options_class = NodeImageOptions
+    launches = frozenset({SRUN})
 
     def check(self, profile: Profile, runtime: str) -> None:
         node_image(self.options, profile, "enroot", self.name)
 
-    def srun(self, cell: Cell, run_dir: Path, profile: Profile, mount: Path) -> SrunPart:
+    def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
         image = self.options.image or str(images.export_path(profile, "enroot"))
-        return SrunPart(
+        return Launch(
             setup=_in_image_setup(profile),
             flags=[
                 f"--container-image={image}",

@@ -2,7 +2,7 @@
 container platform the session chose (containers/), and the handle of a cell while it runs.
 
 A runtime starts a cell and hands back a `Handle`; the session owns the one supervision loop
-(clock, timeout, Ctrl-C, progress) and settles the run directory (session.run_cell), so a runtime
+(clock, timeout, Ctrl-C, progress) and settles the run directory (supervise.run_cell), so a runtime
 only says how to start, poll, stop and clean up. A new runtime is one module with a subclass of
 `Runtime` and its options dataclass, and one line in the registry (runtimes/__init__.py).
 """
@@ -53,7 +53,7 @@ class Runtime(ABC):
 
     def dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
         """What start() would run around run.sh, as a user would type it ('' when run.sh is all)."""
-        return self.container.local_dry_run(cell, run_dir, profile)
+        return self.container.launch(cell, run_dir, profile, self.launches, run_dir.resolve().parent.parent).shown
 
 
 def run_script(cell: Cell, profile: Profile) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
+from reprokit.run.containers.base import LOCAL, start_process
 from reprokit.run.handles import Handle
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
 
@@ -29,4 +30,5 @@ class LocalRuntime(Runtime):
 
     def start(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
         write_run_dir_inputs(cell, profile, run_dir)
-        return self.container.start_local(cell, run_dir, profile)
+        launch = self.container.launch(cell, run_dir, profile, LOCAL, run_dir.resolve().parent.parent)
+        return launch.start() if launch.start is not None else start_process(launch, run_dir)

@@ -24,6 +24,7 @@ from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.plan.recipes import load as load_recipe
 from reprokit.run import rundirs
+from reprokit.run.containers.base import SRUN
 from reprokit.run.handles import Ended, Handle, wait_for
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
 from reprokit.run.templating import render
@@ -277,7 +278,7 @@ class SlurmRuntime(Runtime):
             options=self.options,
             run_dir=str(run_dir),
             script=str(run_dir / "sbatch.sh"),
-            part=self.container.srun(cell, run_dir, profile, mount),
+            part=self.container.launch(cell, run_dir, profile, SRUN, mount),
             gpus_per_node=gpus_per_node(profile, cell.devices),
             bind=profile.launcher == "torchrun",
             published_command=_published_command(cell),
@@ -307,8 +308,8 @@ class SlurmRuntime(Runtime):
             "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "options": asdict(self.options),
             "container": self.container.name,
-            "image": self.container.srun(
-                cell, run_dir.resolve(), profile, run_dir.resolve().parent.parent
+            "image": self.container.launch(
+                cell, run_dir.resolve(), profile, SRUN, run_dir.resolve().parent.parent
             ).image,
         }
         return JobHandle(job_id, run_dir.resolve(), record, self.poll_seconds)

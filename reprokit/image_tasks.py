@@ -1,0 +1,129 @@
+"""The image tasks: build the accelerator's pinned image, resolve its pins, fill an offline
+wheelhouse, export the image for Slurm nodes. Thin: the work is in reprokit/run/images/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from reprokit.console import console
+from reprokit.errors import ReprokitError
+from reprokit.plan import accelerators
+from reprokit.tasking import friendly
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "base_image": "build on this base instead of the profile's (a private registry, or a local one)",
+        "wheelhouse": "install the pins from this folder (`inv wheelhouse`), served on 127.0.0.1: no internet",
+        "force": "rebuild even when the image is up to date",
+        "dry_run": "print the `docker build` command and build nothing",
+        "without_vendor": "build without the profile's vendor files (gaudi2: optimum-habana's mediapipe "
+        "modules); the image then refuses the variants that need them",
+    }
+)
+@friendly
+def build(
+    c, accelerator="auto", base_image=None, wheelhouse=None, force=False, dry_run=False, without_vendor=False
+):
+    """Build the accelerator's pinned image (a cache hit when nothing changed)."""
+    from reprokit.run import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    if dry_run:
+        print(images.dry_run(profile, base_image, wheelhouse, not without_vendor, console))
+        return
+    folder = Path(wheelhouse) if wheelhouse else None
+    result = images.build(profile, base_image, folder, force, console, not without_vendor)
+    print(result.tag)
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
+        "python_version": "the image's Python (default: its base's, bases.yaml)",
+        "without_vendor": "leave out the profile's vendor files (for a build with --without-vendor)",
+    }
+)
+@friendly
+def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_vendor=False):
+    """Download exactly the wheels the image's pip layer installs (its lock), for the base's Python and
+    glibc, for an offline `inv build --wheelhouse`."""
+    from reprokit.run import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    folder = Path(dest or f"wheelhouse/{profile.name}")
+    wheels = images.wheelhouse(profile, folder, python_version)
+    size = sum(w.stat().st_size for w in wheels) / 2**30
+    print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
+    if profile.vendor is not None and not without_vendor:
+        from reprokit.run.images import vendor
+
+        staged = vendor.stage(profile, folder)
+        print(f"{len(staged)} vendor files (sha256 checked) in {folder / 'vendor'}")
+
+
+@task(
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "write": "write the resolved set as the profile's lock (docker/locks/<accelerator>.txt)",
+        "check": "resolve with the lock as constraints and fail when it no longer holds",
+    }
+)
+@friendly
+def pins(c, accelerator="auto", write=False, check=False):
+    """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
+    pip layer installs, and whether it would replace anything the base provides."""
+    from reprokit.run.images import pins as resolving
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    base = profile.base_manifest
+    console.print(
+        f"Resolving the {profile.name} pins against {base.reference} (Python {base.python}, glibc {base.glibc})"
+    )
+    with console.status("pip resolving against the base's model"):
+        found = resolving.resolve(
+            profile, lock=profile.lock_file if check and profile.lock_file.exists() else None
+        )
+    problems = found.problems(base)
+    if problems:
+        raise ReprokitError(f"{profile.name} pins do not resolve on {base.reference}: {'; '.join(problems)}")
+    for name, (old, new) in found.replaced.items():
+        print(f"replaces the base's {name} {old} with {new}: {base.may_replace.get(name, '?')}")
+    locked = resolving.read_lock(profile.lock_file)
+    if check and locked != found.install:
+        changed = sorted(set(locked.items()) ^ set(found.install.items()))
+        raise ReprokitError(
+            f"{profile.lock_file} no longer matches the resolution ({len(changed)} differences, e.g. {changed[0]}); "
+            f"rewrite it with `inv pins --accelerator {profile.name} --write`"
+        )
+    if write:
+        profile.lock_file.write_text(resolving.lock_text(found, base))
+        print(f"{len(found.install)} pins -> {profile.lock_file}")
+        return
+    for name, version in sorted(found.install.items()):
+        print(f"{name}=={version}")
+
+
+@task(
+    name="export",
+    help={
+        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "format": "enroot (a squashfs for pyxis: `enroot import`) or apptainer (a .sif: `apptainer build`)",
+        "dest": "file to write (default: exports/<image tag>.sqsh|.sif, what --container pyxis|apptainer looks for)",
+        "dry_run": "print the command and run nothing",
+    },
+)
+@friendly
+def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  # noqa: A002 - the flag's name
+    """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
+    from reprokit.run import images
+
+    profile = accelerators.get(accelerators.resolve(accelerator))
+    command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
+    print(" ".join(command) if dry_run else target)
+
+

@@ -1,0 +1,103 @@
+"""Planning: a `Request` becomes the cells of a session, on one accelerator, at one scale, with the
+runtime and container platform they run in.
+
+A list of node counts runs every cell at each (ids end in --<n>n), so the report can give each
+multi-node cell's scaling efficiency over its single-node twin; `--repeat N` runs each cell N times
+(ids end in --r<k>), and results give the median of each series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reprokit.errors import ReprokitError
+from reprokit.plan import accelerators, recipes
+from reprokit.plan.cells import Cell, cell_id, expand
+from reprokit.plan.data import resolve as resolve_data
+from reprokit.plan.request import Request
+
+
+@dataclass
+class Plan:
+    accelerator: str
+    scale: str
+    runtime: str
+    cells: list[Cell]
+    messages: list[str]
+    # What was passed on to every recipe's expansion (None: each recipe's own), for --resume.
+    devices: int | None = None
+    nodes: int | list[int] | None = None
+    container: str = "none"
+
+
+def choose_scale(scale: str, accelerator: str) -> str:
+    if scale != "auto":
+        return scale
+    return "smoke" if accelerator == "cpu" else "published"
+
+
+def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) -> tuple[str, str, str | None]:
+    """(runtime, container platform, why they were chosen when chosen automatically)."""
+    from reprokit.run import containers, runtimes
+
+    if runtime == "docker":
+        # The kit's first runtimes fused where and in what: `--runtime docker` is Docker on this machine.
+        if container not in ("auto", "docker"):
+            raise ReprokitError(f"--runtime docker runs in Docker; it cannot take --container {container}")
+        runtime, container = "local", "docker"
+    chosen_automatically = runtime == "auto"
+    if chosen_automatically:
+        runtime = "local"
+    runtime_class = runtimes.REGISTRY.load(runtime)
+    if container != "auto":
+        if runtime_class.launches not in containers.REGISTRY.load(container).launches:
+            served = [n for n in containers.REGISTRY.names() if runtime_class.launches in containers.REGISTRY.load(n).launches]
+            raise ReprokitError(f"the {runtime} runtime runs cells in {', '.join(served)}, not {container}")
+        return runtime, container, None
+    if not chosen_automatically and runtime_class.launches == "local":
+        # `--runtime local` said on its own means this machine as it is: no container.
+        return runtime, "none", None
+    chosen, why = runtime_class(runtime_class.options_class(), None).auto_container(profile)
+    return runtime, chosen, why
+
+
+def plan(request: Request, *, fit_devices: bool = True) -> Plan:
+    """The cells of `request`. `fit_devices`: published cells run locally on at most the devices
+    this machine has (not wanted when only rendering for another machine)."""
+    messages: list[str] = []
+    accelerator = accelerators.resolve(request.accelerator)
+    profile = accelerators.get(accelerator)
+    scale = choose_scale(request.scale, accelerator)
+    runtime, container, why = choose_runtime(request.runtime, request.container, profile)
+    if request.accelerator == "auto" or request.scale == "auto" or why:
+        found = "No accelerator" if accelerator == "cpu" else f"Accelerator {accelerator}"
+        reason = f" ({why})" if why else ""
+        inside = "" if container == "none" else f" in {container}"
+        messages.append(f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}.")
+    devices = request.devices
+    if fit_devices and scale == "published" and devices is None and runtime == "local":
+        # Published runs used 8 devices; on a smaller machine run per device and compare per device.
+        devices = min(accelerators.device_count(accelerator), 8)
+    names = request.recipes or recipes.available()
+    loaded = {name: recipes.load(name) for name in names}
+    real_data = resolve_data(list(loaded.values()), request.data)
+    found: list[Cell] = []
+    for name in names:
+        recipe = loaded[name]
+        messages.extend(f"warning: {w}" for w in recipe.warnings)
+        wanted = [v for v in request.variants if v in {x.name for x in recipe.variants}] or None
+        if request.variants and wanted is None and len(names) == 1:
+            expand(recipe, name, accelerator, scale, request.variants)  # raises: names the variants
+        if request.variants and wanted is None:
+            continue
+        counts = request.nodes if isinstance(request.nodes, list) else [request.nodes]
+        for count in counts:
+            suffix = f"--{count}n" if len(counts) > 1 else ""
+            for repeat in range(1, request.repeat + 1):
+                # Repetition k of a cell reads repetition k of the cell it needs (same suffix).
+                again = f"{suffix}--r{repeat}" if request.repeat > 1 else suffix
+                for cell in expand(recipe, name, accelerator, scale, wanted, devices, count, again, real_data):
+                    cell.repeat, cell.repeats = repeat, request.repeat
+                    cell.series_id = cell_id(cell.recipe, cell.variant, suffix)
+                    found.append(cell)
+    return Plan(accelerator, scale, runtime, found, messages, devices, request.nodes, container)

@@ -1,0 +1,130 @@
+"""The results tasks: a session's table and report, every session over time, two sessions side by
+side, and an export to MLflow. Each takes a session as a folder, a name under the results folder,
+`latest` or `previous`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from reprokit import settings
+from reprokit.errors import ReprokitError
+from reprokit.results import collect as collecting
+from reprokit.results import report as reporting
+from reprokit.run import session as sessions
+from reprokit.tasking import friendly
+
+SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
+RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
+
+
+def _results(results: str | None) -> Path:
+    """The results folder: --results, else the `results` setting, else results/."""
+    folder = Path(results or settings.load().get("results") or sessions.RESULTS_DIR)
+    if not folder.is_dir():
+        raise ReprokitError(f"no results folder {folder} (--results DIR, or the `results` setting)")
+    return folder
+
+
+def _session(name: str, results: str | None = None) -> Path:
+    return sessions.find(name, Path(results or settings.load().get("results") or sessions.RESULTS_DIR))
+
+
+@task(help={"session": SESSION_HELP, "results": RESULTS_HELP})
+@friendly
+def collect(c, session, results=None):
+    """Rebuild results.csv and results.jsonl of a session from its run directories."""
+    folder = _session(session, results)
+    table = collecting.collect(folder)
+    print(f"{len(table)} cells -> {folder / 'results.csv'}")
+
+
+@task(name="report", help={"session": SESSION_HELP, "results": RESULTS_HELP})
+@friendly
+def report(c, session, results=None):
+    """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
+    written = reporting.write(_session(session, results))
+    reporting.print_table(written.table)
+    print(written.html)
+    print(written.markdown)
+
+
+@task(
+    name="history",
+    help={
+        "recipe": "a recipe, or all",
+        "cell": "only cells whose id contains this",
+        "device": "only runs on devices whose name contains this (H100, a100-80gb, ...)",
+        "results": RESULTS_HELP,
+    },
+)
+@friendly
+def history(c, recipe, cell=None, device=None, results=None):
+    """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
+    results folder."""
+    from reprokit.results import history as over_time
+
+    folder = _results(results)
+    table = over_time.rows(folder, None if recipe == "all" else recipe, cell, device)
+    if not table:
+        raise ReprokitError(
+            f"no completed cell under {folder} matches (sessions: {len(list(folder.glob('*/results.jsonl')))})"
+        )
+    over_time.print_table(table)
+    print(over_time.write(folder, table))
+
+
+@task(
+    name="compare",
+    help={
+        "a": "the first session: a folder, a name under the results folder, latest or previous (default previous)",
+        "b": "the second session, in the same forms (default latest)",
+        "threshold": "a change within this percentage is `same` (default 5)",
+        "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (CI of an image build)",
+        "results": RESULTS_HELP,
+    },
+)
+@friendly
+def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, results=None):
+    """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
+    and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
+    from reprokit.results import compare as comparing
+
+    # Two session folders need no results folder; a name, latest or previous is looked up in one.
+    given = [Path(a), Path(b)]
+    if results is None and all((x / "results.jsonl").is_file() for x in given):
+        folder = given[1].resolve().parent
+    else:
+        folder = _results(results)
+    first, second, found = comparing.compare(folder, a, b, float(threshold) / 100)
+    comparing.print_table(first, second, found)
+    if fail_on_regression is not None:
+        limit = float(fail_on_regression) / 100
+        worse = [
+            x for x in found if x.verdict == comparing.REGRESSED and x.ratio is not None and 1 - x.ratio > limit
+        ]
+        if worse:
+            names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
+            raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
+
+
+@task(
+    name="export-results",
+    help={
+        "session": SESSION_HELP,
+        "to": "where to: mlflow",
+        "tracking_uri": "an MLflow tracking URI (default: sqlite in the results folder, results/mlflow.db)",
+        "results": RESULTS_HELP,
+    },
+)
+@friendly
+def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
+    """Log a session into MLflow: a run per cell with its parameters, per-step samples/s and loss, its
+    numbers and provenance, under one run per session carrying the report."""
+    if to != "mlflow":
+        raise ReprokitError(f"--to {to}: the kit exports to mlflow")
+    from reprokit.results import export_mlflow
+
+    uri, made = export_mlflow.export(_session(session, results), tracking_uri)
+    print(f"{len(made)} runs logged to {uri}" + ("" if made else " (the session was there already)"))

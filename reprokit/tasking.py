@@ -1,0 +1,114 @@
+"""How the kit's tasks are made: errors as one line, never a traceback (`friendly`), and flags from
+RunOptions: invoke reads a task's flags from its function signature, so the tasks that run recipes
+get theirs from the RunOptions fields they take (defaults and help), and each task body receives a
+filled `RunOptions` (`options_task`)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any
+
+from invoke import Exit, task
+
+from reprokit.errors import ReprokitError
+from reprokit.invocation import command
+from reprokit.options import OPTIONS, RunOptions, default_of
+
+HELP_WORDS = ("-h", "--help")
+
+
+def print_help(module: str, task_name: str) -> None:
+    """A task's --help, as `inv --help TASK` prints it. Needed where the task takes a positional
+    argument: invoke gives a missing positional the next word, `--help` included."""
+    from invoke import Collection, Program
+
+    binary = "inv" if command() == "inv" else "reprokit"
+    namespace = Collection.from_module(sys.modules[module])
+    Program(namespace=namespace, binary=binary).run([binary, "--help", task_name], exit=False)
+
+
+def friendly(fn):
+    """Kit errors become one line on stderr and an exit code; never a traceback. A positional
+    argument that is `--help` prints the task's help."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        positional = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+        if positional in HELP_WORDS:
+            print_help(fn.__module__, fn.__name__.rstrip("_").replace("_", "-"))
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except ReprokitError as exc:
+            raise Exit(f"reprokit: {exc}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit(
+                "reprokit: interrupted; what was measured is kept", code=130
+            ) from None
+
+    return wrapper
+
+def options_task(
+    names: tuple[str, ...],
+    recipe: bool = True,
+    recipe_help: str = "a recipe name or a path to a recipe file",
+    positional: str = "recipe",
+    defaults: dict[str, Any] | None = None,
+    extra: dict[str, tuple[Any, str]] | None = None,
+    **task_kwargs: Any,
+):
+    """Make an invoke task of `fn(c, recipe, options, **extra)` whose flags are the RunOptions fields
+    `names` and the task's own `extra` ones (name: (default, help)); `recipe`: whether the task takes
+    a recipe as its positional argument (always given: `all` where a task takes every recipe)."""
+    defaults = defaults or {}
+    extra = extra or {}
+
+    def decorate(fn):
+        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        if recipe:
+            params.append(inspect.Parameter(positional, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        for name in names:
+            item = OPTIONS[name]
+            value = defaults.get(name, default_of(item))
+            # invoke makes a list flag of an iterable argument whose default is None.
+            params.append(
+                inspect.Parameter(
+                    name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None if value == [] else value
+                )
+            )
+        for name, (value, _) in extra.items():
+            params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value))
+        signature = inspect.Signature(params)
+
+        def body(c, *args, **kwargs):
+            bound = signature.bind(c, *args, **kwargs)
+            bound.apply_defaults()
+            values = dict(bound.arguments)
+            values.pop("c")
+            given_recipe = values.pop(positional, None)
+            own = {name: values.pop(name) for name in extra}
+            options = RunOptions(
+                **{
+                    k: ([] if v is None and OPTIONS[k].metadata.get("iterable") else v)
+                    for k, v in values.items()
+                }
+            )
+            return fn(c, given_recipe, options, **own)
+
+        body.__signature__ = signature  # type: ignore[attr-defined]
+        body.__name__, body.__doc__, body.__module__ = fn.__name__, fn.__doc__, fn.__module__
+        helps = {name: OPTIONS[name].metadata["help"] for name in names}
+        helps.update({name.rstrip("_"): text for name, (_, text) in extra.items()})
+        if recipe:
+            helps[positional] = recipe_help
+        return task(
+            body,
+            help=helps,
+            iterable=[n for n in names if OPTIONS[n].metadata.get("iterable")],
+            positional=[positional] if recipe else [],
+            **task_kwargs,
+        )
+
+    return decorate
