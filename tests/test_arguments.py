@@ -142,3 +142,10 @@ def test_a_mapping_argument_is_checked_as_json_on_both_sides():
     assert schema.problem(rule, '{"layers": [1, 1]}') is None  # the command line's JSON text
     assert schema.problem(rule, "{layers: 1}") == "must be a JSON object, got '{layers: 1}'"
     assert schema.problem(rule, [1, 2]) == "must be a JSON object, got [1, 2]"
+
+
+def test_volos_token_label_size_is_checked_against_its_image_size_by_the_trainers_schema():
+    # The token grid is the image size / 16: the rule is the trainer's (arguments.json), not the host's.
+    (wrong,) = arguments.problems("volo", {"img_size": 512, "token_label_size": 24})
+    assert wrong.startswith("token_label_size 24 does not match img_size 512 (= 32: the token grid is img_size / 16")
+    assert arguments.problems("volo", {"img_size": 512, "token_label_size": 32}) == []

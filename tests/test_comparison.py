@@ -92,14 +92,16 @@ def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_pat
     assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "random weights")
 
 
-def test_a_version_one_summary_with_synthetic_data_is_not_comparable_either(tmp_path):
+def test_a_summary_from_the_kits_first_version_is_not_judged(tmp_path):
+    # Schema 1 summaries (the kit's first version) held no figure per definition: nothing to judge.
     cell = _cuda_cell("workers2")
     run_dir = _run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", {})
     (run_dir / "summary.json").write_text(
-        json.dumps({"status": "ok", "samples_per_second": 90.0, "train_samples_per_second": 74.0, "data_source": "synthetic"})
+        json.dumps({"status": "ok", "samples_per_second": 90.0, "train_samples_per_second": 74.0})
     )
     row = collect.row(run_dir)
-    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "synthetic data")
+    assert row["verdict"] == "not comparable" and row["measured"] is None
+    assert row["verdict_reasons"].startswith("written by a kit before summary schema 2")
 
 
 def test_a_mediapipe_variant_whose_loader_fell_back_is_not_comparable(tmp_path):

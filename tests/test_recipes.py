@@ -125,10 +125,6 @@ def test_argv_renders_flags_like_the_published_command():
         ),
         ({"scales": {"smoke": {}}}, "scales must define published"),
         ({"model": {"id": "org/model"}}, "needs a pinned revision"),
-        (
-            {"variants": [{"name": "a", "args": {"img_size": 512, "token_label_size": 24}}]},
-            "token_label_size 24 does not match img_size 512",
-        ),
     ],
 )
 def test_a_malformed_recipe_names_the_file_and_the_key(recipe_file, changes, expected):

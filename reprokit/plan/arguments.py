@@ -1,5 +1,6 @@
 """Trainer arguments checked before anything is launched: each kit trainer ships a light schema of its
-arguments (types, ranges, choices: reprokit_trainers/<trainer>/arguments.json) that the trainer checks
+arguments (types, ranges, choices, and the roles of the arguments the host reads:
+reprokit_trainers/<trainer>/arguments.json; a user's trainer may ship one beside its module) that the trainer checks
 its own arguments with, and the host checks every cell's with (inv show, render, run, reproduce), so a
 recipe with `per_device_train_batch_size: 0` is refused in one line before an image build or a queue wait.
 
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sys
 from functools import cache
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,16 +37,38 @@ def _checker() -> ModuleType | None:
     return module
 
 
+def trainer_folder(trainer: str) -> Path | None:
+    """The folder of a trainer, found without importing anything: a kit trainer's package, or the
+    folder of a user's module (REPROKIT_TRAINERS_PATH first, then this Python's path)."""
+    if "." not in trainer:
+        try:
+            return trainers.package_dir() / trainer
+        except ReprokitError:
+            return None
+    parts = trainer.split(".")
+    search = [p for p in os.environ.get("REPROKIT_TRAINERS_PATH", "").split(os.pathsep) if p] + sys.path
+    for entry in search:
+        candidate = Path(entry or ".").joinpath(*parts)
+        if candidate.is_dir():
+            return candidate
+        if candidate.with_suffix(".py").is_file():
+            return candidate.parent
+    return None
+
+
 @cache
 def schema(trainer: str) -> dict[str, Any] | None:
-    """A kit trainer's argument schema; None for a trainer without one (a user's own module)."""
-    if "." in trainer:
-        return None
-    try:
-        path = trainers.package_dir() / trainer / "arguments.json"
-    except ReprokitError:
-        return None
-    return json.loads(path.read_text()) if path.exists() else None
+    """A trainer's argument schema (arguments.json in its folder); None for a trainer without one."""
+    folder = trainer_folder(trainer)
+    path = folder / "arguments.json" if folder else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+
+def roles(trainer: str | None) -> dict[str, Any]:
+    """The arguments the host reads without knowing the trainer (schema `roles`): `batch_per_device`,
+    `workers`, `max_steps` (argument names) and `switches` (argument -> {recorded, label}). Empty for a
+    trainer without a schema."""
+    return (schema(trainer) or {}).get("roles", {}) if trainer else {}
 
 
 def problems(trainer: str, args: dict[str, Any]) -> list[str]:

@@ -63,6 +63,9 @@ class Cell:
     # and, for a variant beyond the publication, the published variant it is measured against.
     software: dict[str, str] = field(default_factory=dict)
     beyond: str | None = None
+    # The trainer's argument roles (its schema's): which arguments are the batch, the workers, the step
+    # cap and the switches it records; results read them from cell.json, knowing no trainer.
+    roles: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -224,6 +227,7 @@ def expand(
                 id_suffix=id_suffix,
                 software=recipe.expected_software(variant),
                 beyond=variant.beyond,
+                roles=arguments.roles(recipe.trainer),
             )
         )
     return _dependency_order(cells)

@@ -22,13 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from reprokit.errors import ReprokitError
 from reprokit.layout import RECIPES
 from reprokit.plan.definitions import Definition
+from reprokit.trainers import PACKAGE as TRAINERS_PACKAGE
+from reprokit.trainers import contract
 
 RECIPES_DIR = RECIPES
 SCALES = ("published", "smoke")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # A kit trainer by name (reprokit_trainers.<name>), or a dotted module path of the user's own.
 TRAINER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-TRAINERS_PACKAGE = "reprokit_trainers"
 # The user's recipe folders, searched after the kit's own (set once by the command line).
 _user_dirs: list[Path] = []
 
@@ -112,7 +113,7 @@ class Reference(Strict):
 
 # What a trainer records of the software that ran (summary.json `software`), where the choice shows
 # in throughput or in what is compared. A recipe's `published_software.kernels` uses the same keys.
-SOFTWARE_KEYS = ("attention", "optimizer", "ddp", "tf32", "mixed_precision", "data_path")
+SOFTWARE_KEYS: tuple[str, ...] = tuple(contract()["software_keys"])
 
 
 class PublishedSoftware(Strict):
@@ -277,7 +278,6 @@ class Recipe(Strict):
                     f"variant {variant.name!r} has a ratio reference but its group {variant.group!r} "
                     "has no variant with 'baseline: true'"
                 )
-            _check_token_grid(variant.name, {**self.hyperparameters, **variant.args})
             if variant.beyond is not None:
                 published = next((v for v in self.variants if v.name == variant.beyond), None)
                 if published is None or published.beyond is not None:
@@ -297,16 +297,6 @@ class Recipe(Strict):
                 if name not in names:
                     raise ValueError(f"scales.{scale_name}.variants names unknown variant {name!r}")
         return self
-
-
-def _check_token_grid(variant: str, args: dict[str, Any]) -> None:
-    """VOLO's token grid is the image size / 16: a token-label map of any other size cannot match it."""
-    img, size = args.get("img_size"), args.get("token_label_size")
-    if img is not None and size is not None and int(size) != int(img) // 16:
-        raise ValueError(
-            f"variant {variant!r}: token_label_size {size} does not match img_size {img} "
-            f"(the token grid is img_size / 16 = {int(img) // 16}); record a published value under 'published'"
-        )
 
 
 def _format_errors(source: str, error: ValidationError) -> str:

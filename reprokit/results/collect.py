@@ -89,7 +89,7 @@ def run_dirs(session_dir: Path) -> list[Path]:
     runs = session_dir / "runs"
     if not runs.is_dir():
         return []
-    return sorted(p for p in runs.iterdir() if (p / "cell.json").exists() or (p / "summary.json").exists())
+    return sorted(p for p in runs.iterdir() if (p / rundirs.FILES["cell"]).exists() or (p / rundirs.FILES["summary"]).exists())
 
 
 def session_plan(session_dir: Path) -> dict[str, Any]:
@@ -147,6 +147,7 @@ def row(run_dir: Path) -> dict[str, Any]:
     judged = verdicts.judge(record, device, world, nodes)
     reference = judged.reference
     args = cell.args
+    roles = cell.roles
     begun, ended = _parse_time(record.started_at), _parse_time(summary.finished_at if summary else None)
     wall = (ended - begun).total_seconds() if begun and ended and ended.tzinfo and begun.tzinfo else None
     return {
@@ -160,9 +161,9 @@ def row(run_dir: Path) -> dict[str, Any]:
         "devices": cell.devices,
         "world_size": world,
         "nodes": nodes,
-        "batch_per_device": args.get("per_device_train_batch_size", args.get("batch_size")),
-        "workers": args.get("dataloader_num_workers", args.get("workers")),
-        "max_steps": args.get("max_steps"),
+        "batch_per_device": args.get(roles.get("batch_per_device", "")),
+        "workers": args.get(roles.get("workers", "")),
+        "max_steps": args.get(roles.get("max_steps", "")),
         "unit": cell.unit,
         "definition": judged.definition,
         "measured": judged.measured,
@@ -215,7 +216,6 @@ def row(run_dir: Path) -> dict[str, Any]:
         "beyond": cell.beyond,
         "software": summary.software if summary else {},
         "software_published": cell.software,
-        "args": {"max_steps": args.get("max_steps")},
         "log_tail": extra.get("log_tail") if not ok else None,
         "run_dir": run_dir.name,
     }

@@ -9,6 +9,8 @@ again leaves the runs already there as they are.
 
 from __future__ import annotations
 
+from reprokit.run import rundirs
+
 import csv
 import json
 from pathlib import Path
@@ -70,7 +72,7 @@ def _tags(row: dict[str, Any], session: str) -> dict[str, str]:
 
 
 def _steps(run_dir: Path) -> list[dict[str, str]]:
-    path = run_dir / "throughput.csv"
+    path = run_dir / rundirs.FILES["throughput"]
     if not path.exists():
         return []
     with open(path, newline="") as fh:
@@ -103,7 +105,7 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> tuple[str, lis
         if row["cell_id"] in existing or not row.get("run_dir"):
             continue
         run_dir = session_dir / "runs" / row["run_dir"]
-        cell = json.loads((run_dir / "cell.json").read_text()) if (run_dir / "cell.json").exists() else {}
+        cell = json.loads((run_dir / rundirs.FILES["cell"]).read_text()) if (run_dir / rundirs.FILES["cell"]).exists() else {}
         tags = _tags(row, session)
         if parent is not None:
             tags["mlflow.parentRunId"] = parent.info.run_id

@@ -9,6 +9,8 @@ the `tensorboard` package is installed.
 
 from __future__ import annotations
 
+from reprokit.run import rundirs
+
 import csv
 import re
 import struct
@@ -87,7 +89,7 @@ def _scalar(value: Any) -> float | None:
 
 def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """samples/s and loss per logging step: from throughput.csv, else from the event files."""
-    path = run_dir / "throughput.csv"
+    path = run_dir / rundirs.FILES["throughput"]
     curves: dict[str, list[tuple[int, float]]] = {"samples_per_second": [], "loss": []}
     if path.exists():
         with open(path, newline="") as fh:

@@ -1,9 +1,11 @@
 """The run directory read back as typed records: what the host wrote (cell.json), what the trainer
 recorded about its machine (sysinfo.json) and what it measured (summary.json).
 
-Each file carries a `schema_version`; files from before it existed read as version 1. Fields the
-host does not know are kept (trainers add their own), so an old kit can read a new run and the
-reverse. Every row of results, report and plots is made from these records (results/verdicts.py).
+The file names, schema version and departure kinds are the trainers' contract
+(reprokit_trainers/contract.json). Fields the host does not know are kept (trainers add their own),
+so an old kit can read a new run and the reverse; a summary from before schema 2 (the kit's first
+version) has no figure to read and is judged by nothing. Every row of results, report and plots is
+made from these records (results/verdicts.py).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reprokit.run import rundirs
+from reprokit.trainers import contract
 
-# 2: throughput per definition, departures from the publication, switches in effect, --data paths.
-# 3: each departure has a kind (throughput: no verdict; quality: shown beside the verdict).
-SCHEMA_VERSION = 3
-THROUGHPUT, QUALITY = "throughput", "quality"
+CONTRACT = contract()
+SCHEMA_VERSION: int = CONTRACT["schema_version"]
+FILES = rundirs.FILES
+THROUGHPUT, QUALITY = CONTRACT["departure_kinds"]
 
 
 class Record(BaseModel):
@@ -50,6 +53,7 @@ class CellRecord(Record):
     kit_revision: str | None = None
     software: dict[str, str] = Field(default_factory=dict)
     beyond: str | None = None
+    roles: dict[str, Any] = Field(default_factory=dict)
 
 
 class SysInfo(Record):
@@ -73,7 +77,6 @@ class Departure(BaseModel):
 class Summary(Record):
     status: str | None = None
     samples_per_second: float | None = None
-    train_samples_per_second: float | None = None
     # definition -> {"value": ..., and how it was counted} (definitions.DEFINITIONS)
     throughput: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # What the run did other than the publication (synthetic data, random weights, a switch not in effect).
@@ -93,15 +96,9 @@ class Summary(Record):
         return [{"reason": d} if isinstance(d, str) else d for d in value or []]
 
     def measured(self, definition: str) -> float | None:
-        """The global rate under `definition`, from this summary or, for a version-1 one, its fields."""
+        """The global rate under `definition`, as the trainer recorded it."""
         found = self.throughput.get(definition, {}).get("value")
-        if found is not None:
-            return float(found)
-        if self.schema_version < 2:
-            legacy = {"after_warmup": self.samples_per_second, "whole_run": self.train_samples_per_second}
-            value = legacy.get(definition)
-            return float(value) if isinstance(value, int | float) else None
-        return None
+        return float(found) if found is not None else None
 
 
 class RunRecord(BaseModel):
@@ -136,20 +133,20 @@ def _status(run_dir: Path, summary: Summary | None) -> str:
     if summary is not None:
         return str(summary.status or "unknown")
     # No summary.json: the host died with the cell (kill -9, a power cut) or never launched it.
-    return "incomplete" if (run_dir / "stdout.log").exists() else "not started"
+    return "incomplete" if (run_dir / FILES["stdout"]).exists() else "not started"
 
 
 def read(run_dir: Path) -> RunRecord:
-    cell = _read(CellRecord, run_dir / "cell.json") or CellRecord()
-    sysinfo = _read(SysInfo, run_dir / "sysinfo.json") or SysInfo()
-    summary = _read(Summary, run_dir / "summary.json")
+    cell = _read(CellRecord, run_dir / FILES["cell"]) or CellRecord()
+    sysinfo = _read(SysInfo, run_dir / FILES["sysinfo"]) or SysInfo()
+    summary = _read(Summary, run_dir / FILES["summary"])
     # When the trainer started: its own clock (sysinfo.json, written first thing), else the file's
     # mtime (runs from before the field existed), else when the host launched the cell.
     started = (
         sysinfo.started_at
         or (getattr(summary, "started_at", None) if summary else None)
-        or _mtime(run_dir / "sysinfo.json")
-        or _mtime(run_dir / "cell.json")
+        or _mtime(run_dir / FILES["sysinfo"])
+        or _mtime(run_dir / FILES["cell"])
     )
     status = _status(run_dir, summary)
     return RunRecord(run_dir=run_dir, cell=cell, sysinfo=sysinfo, summary=summary, status=status, started_at=started)

@@ -28,15 +28,6 @@ NO_REFERENCE, NOT_COMPARABLE, NO_RESULT = "no reference", "not comparable", "no 
 # number is read as a speedup over the published variant it goes beyond.
 BEYOND = "beyond the publication"
 STEADY = "after_warmup"
-# Switches a variant asks for, and the summary field that says whether the trainer had them in effect.
-SWITCHES = {
-    "mediapipe_dataloader": ("mediapipe", "mediapipe"),
-    "distribution_strategy": ("distribution_strategy", "distribution strategy"),
-    "image_pipeline": ("image_pipeline", "image pipeline"),
-    "torch_compile": ("torch_compile", "torch.compile"),
-    "compile": ("torch_compile", "torch.compile"),  # the ViT ladder's own name for it (pycls)
-    "loader": ("loader", "loader"),
-}
 
 
 def total_devices(reference: dict[str, Any]) -> int:
@@ -90,12 +81,11 @@ def departures(record: RunRecord) -> list[Departure]:
         add(departure.reason, departure.kind)
     extra = summary.model_extra or {}
     if summary.schema_version < 2:
-        if extra.get("data_source") == "synthetic" or extra.get("data") == "synthetic":
-            add("synthetic data")
-        if extra.get("model_source") == "random":
-            add("random weights", QUALITY)
+        add("written by a kit before summary schema 2: it holds no figure to judge; rerun the cell")
     args = record.cell.args
-    for arg, (recorded, label) in SWITCHES.items():
+    # The trainer's schema names its switches and the summary field that says what was in effect.
+    for arg, switch in record.cell.roles.get("switches", {}).items():
+        recorded, label = switch["recorded"], switch["label"]
         asked = args.get(arg)
         if asked in (None, False) or recorded not in extra:
             continue
@@ -139,10 +129,9 @@ def _kind(d: Departure | dict[str, Any]) -> str:
     return d.kind if isinstance(d, Departure) else d.get("kind", THROUGHPUT)
 
 
-def length_reasons(record: RunRecord, definition: str | None) -> list[str]:
+def length_reasons(steps: Any, definition: str | None) -> list[str]:
     """A whole-run figure counts warm-up and compilation: it compares only over a run as long as the
-    published one."""
-    steps = record.cell.args.get("max_steps")
+    published one (`steps`: the run's step cap, None for a run of the recipe's own length)."""
     if definition in LENGTH_DEPENDENT and isinstance(steps, int) and steps > 0:
         return [f"shortened run (max_steps {steps}): the {definition} figure depends on the run's length"]
     return []
@@ -183,7 +172,8 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         definition = STEADY
     measured = measurements.get(definition) if definition else None
     found = departures(record)
-    reasons = blocking(found) + length_reasons(record, definition)
+    steps = record.cell.args.get(record.cell.roles.get("max_steps", ""))
+    reasons = blocking(found) + length_reasons(steps, definition)
     if ok and reference is not None and measured is None:
         reasons.append(f"the run recorded no {definition} figure")
         measured = measurements.get(STEADY)
@@ -221,6 +211,8 @@ def judge_value(
         else None
     )
     outcome = verdict(ratio, tolerance, reasons)
+    if outcome == NO_REFERENCE and reference_per_device and reasons:
+        outcome = NOT_COMPARABLE  # a published figure exists, but the run gave none to set beside it
     if outcome == NOT_COMPARABLE:
         return None, outcome, reasons
     return ratio, outcome, []
@@ -285,7 +277,8 @@ def speedups(rows: list[dict[str, Any]]) -> None:
         if r.get("measured_speedup") is not None and r.get("published_speedup") is not None:
             # Both runs must have done what the publication did for their ratio to be judged.
             reasons = list(dict.fromkeys(blocking(r.get("departures", [])) + blocking(base.get("departures", []))))
-            reasons += length_reasons_of(r, definition) + length_reasons_of(base, definition)
+            reasons += length_reasons(r.get("max_steps"), definition) + length_reasons(base.get("max_steps"), definition)
+            reasons = list(dict.fromkeys(reasons))
             ratio = r["measured_speedup"] / r["published_speedup"]
             r["speedup_verdict"] = verdict(ratio, r["tolerance"], reasons)
             r["speedup_verdict_reasons"] = (
@@ -320,13 +313,6 @@ def beyond_speedups(rows: list[dict[str, Any]]) -> None:
         r["published_speedup"] = None
         r["speedup_verdict"] = BEYOND if r["measured_speedup"] is not None else None
         r["speedup_verdict_reasons"] = None
-
-
-def length_reasons_of(row: dict[str, Any], definition: str) -> list[str]:
-    steps = (row.get("args") or {}).get("max_steps")
-    if definition in LENGTH_DEPENDENT and isinstance(steps, int) and steps > 0:
-        return [f"shortened run (max_steps {steps})"]
-    return []
 
 
 def scaling_efficiency(rows: list[dict[str, Any]]) -> None:

@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from reprokit.run import rundirs
+
 
 @dataclass(frozen=True)
 class Ended:
@@ -54,7 +56,7 @@ class ProcessHandle(Handle):
     directory, so that whatever a trainer writes to a relative path stays with the run."""
 
     def __init__(self, command: list[str], run_dir: Path, env: dict[str, str]) -> None:
-        self._log = open(run_dir / "stdout.log", "ab")  # noqa: SIM115 -- open while the process runs
+        self._log = open(run_dir / rundirs.FILES["stdout"], "ab")  # noqa: SIM115 -- open while the process runs
         self.proc = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=run_dir, start_new_session=True
         )

@@ -12,7 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reprokit.trainers import contract
+
 LOG_TAIL_LINES = 30
+# The run directory's file names, as the trainers' contract (reprokit_trainers/contract.json) names them.
+FILES: dict[str, str] = contract()["files"]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -29,7 +33,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def summary(run_dir: Path) -> dict[str, Any] | None:
-    return read_json(run_dir / "summary.json")
+    return read_json(run_dir / FILES["summary"])
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -38,7 +42,7 @@ def is_complete(run_dir: Path) -> bool:
 
 
 def log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    log = run_dir / "stdout.log"
+    log = run_dir / FILES["stdout"]
     if not log.exists():
         return []
     with open(log, "rb") as fh:
@@ -79,7 +83,7 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "summary.json", failed)
+    write_json_atomic(run_dir / FILES["summary"], failed)
     return failed
 
 
@@ -90,13 +94,13 @@ def skip(run_dir: Path, reason: str) -> dict[str, Any]:
         "error": reason,
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
-    write_json_atomic(run_dir / "summary.json", skipped)
+    write_json_atomic(run_dir / FILES["summary"], skipped)
     return skipped
 
 
 def latest_step(run_dir: Path) -> dict[str, str] | None:
     """The newest throughput.csv row (the trainer appends one per logging step)."""
-    path = run_dir / "throughput.csv"
+    path = run_dir / FILES["throughput"]
     if not path.exists():
         return None
     lines = path.read_text().strip().splitlines()

@@ -1,4 +1,4 @@
-"""A fake trainer for the kit's tests: writes the run-directory contract (see reprokit_trainers/common/rundir.py)
+"""A fake trainer for the kit's tests: writes the run-directory contract (reprokit_trainers/contract.json)
 in milliseconds and without torch. The recipe's real hyperparameters are accepted and ignored;
 the --fake_* arguments (a test recipe's variant args) choose what it does."""
 
@@ -11,6 +11,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from reprokit_trainers.common.contract import SCHEMA_VERSION
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
@@ -116,10 +118,15 @@ def main() -> int:
     write_json_atomic(
         out / "summary.json",
         {
+            "schema_version": SCHEMA_VERSION,
             "status": "ok",
             "unit": "samples/s",
             "samples_per_second": args.fake_rate,
-            "train_samples_per_second": args.fake_rate * 0.9,
+            "throughput": {
+                "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
+                "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
+            },
+            "departures": [],
             "warmup_steps": 2,
             "steps": args.fake_steps,
             "samples": 4 * args.fake_steps,

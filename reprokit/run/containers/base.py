@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
+from reprokit.run import rundirs
 from reprokit.run.handles import Handle, NoOptions, ProcessHandle
 
 # The ways runtimes start cells: a process on this machine, or srun inside a Slurm job.
@@ -41,7 +42,7 @@ class Launch:
     start: Callable[[], Handle] | None = None
 
     def argv(self, run_dir: Path) -> list[str]:
-        return [*self.prefix, "bash", str(run_dir / "run.sh")]
+        return [*self.prefix, "bash", str(run_dir / rundirs.FILES["run_script"])]
 
     def command(self) -> str:
         """What srun runs in each task of a job: run.sh, after the platform's prefix."""

@@ -22,7 +22,7 @@ from typing import Any
 from reprokit.errors import ReprokitError, StartFailed
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run import images
+from reprokit.run import images, rundirs
 from reprokit.run.containers.base import LOCAL, Container, Launch
 from reprokit.run.handles import Ended, Handle
 
@@ -200,7 +200,7 @@ class DockerHandle(Handle):
         except DockerException as exc:
             raise StartFailed(f"docker: {str(exc).splitlines()[0][:240]}") from None
         self.streamer = threading.Thread(
-            target=_copy_logs, args=(self.container, run_dir / "stdout.log"), daemon=True
+            target=_copy_logs, args=(self.container, run_dir / rundirs.FILES["stdout"]), daemon=True
         )
         self.streamer.start()
 

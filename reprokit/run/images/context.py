@@ -16,9 +16,9 @@ from reprokit import __version__, trainers
 from reprokit.errors import ReprokitError
 from reprokit.layout import DOCKER
 from reprokit.plan.accelerators import Profile
-from reprokit.plan.recipes import TRAINERS_PACKAGE
 from reprokit.run.images import vendor
 from reprokit.run.templating import render
+from reprokit.trainers import PACKAGE as TRAINERS_PACKAGE
 
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from reprokit.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell, shell_args
+from reprokit.run import rundirs
 from reprokit.run.handles import Handle, NoOptions
 from reprokit.run.templating import render
 
@@ -65,8 +66,8 @@ def run_script(cell: Cell, profile: Profile) -> str:
 def write_run_dir_inputs(cell: Cell, profile: Profile, run_dir: Path) -> Path:
     """The host's half of the run directory: cell.json and run.sh (returned)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "cell.json").write_text(json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n")
-    script = run_dir / "run.sh"
+    (run_dir / rundirs.FILES["cell"]).write_text(json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n")
+    script = run_dir / rundirs.FILES["run_script"]
     script.write_text(run_script(cell, profile))
     script.chmod(0o755)
     return script

@@ -217,7 +217,7 @@ class JobHandle(Handle):
         if state.state == "FAILED":
             # The first rank's exception says what went wrong; the log's last lines are srun's
             # and torchrun's reports of it ("task 1: Exited with exit code 1").
-            return Ended(state.exit_code, root_cause(self.run_dir / "stdout.log"))
+            return Ended(state.exit_code, root_cause(self.run_dir / rundirs.FILES["stdout"]))
         detail = f" ({state.reason})" if state.reason and state.reason != "None" else ""
         return Ended(state.exit_code, f"Slurm job {self.job_id} {state.state}{detail}")
 

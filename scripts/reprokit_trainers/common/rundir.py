@@ -1,4 +1,4 @@
-"""The container side of the run-directory contract (see README, "The run directory").
+"""The container side of the run-directory contract (reprokit_trainers/contract.json, common/contract.py).
 
 Every trainer in this package writes its results through this module so that the host side
 (`reprokit`) can read any run the same way:
@@ -9,10 +9,10 @@ Every trainer in this package writes its results through this module so that the
 - ``summary.json``: written last and atomically; its presence means the run completed.
 
 Only the process of global rank 0 writes. Throughput is global (all ranks). summary.json holds
-each definition the trainer can measure under ``throughput`` (the host's throughput.DEFINITIONS:
+each definition the trainer can measure under ``throughput`` (the contract's ``definitions``:
 ``after_warmup``, ``whole_run``, ``gaudi_trainer``), what the run did other than its publication
-under ``departures``, and the switches that were in effect, so the host judges like with like and
-never gives a verdict on a run that did something else.
+under ``departures`` (each with its kind), the switches that were in effect and the software that
+ran, so the host judges like with like and never gives a verdict on a run that did something else.
 """
 
 from __future__ import annotations
@@ -33,27 +33,8 @@ from typing import Any
 import torch
 
 from . import hardware
+from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
-
-# 2: throughput per definition, departures, switches in effect, steps_total in throughput.csv.
-# 3: each departure has a kind: what changes the measured quantity, or only the run's quality.
-SCHEMA_VERSION = 3
-
-# A departure's kind. THROUGHPUT: it changes what is measured (data sizes, a loader, a switch, the
-# device count), so no verdict is given. QUALITY: it changes only what the model learns (weights, a
-# tokenizer's vocabulary, an optimizer constant), so the verdict stands and the departure is shown.
-THROUGHPUT, QUALITY = "throughput", "quality"
-
-THROUGHPUT_FIELDS = [
-    "step",
-    "steps_total",
-    "epoch",
-    "elapsed_s",
-    "samples",
-    "samples_per_second",
-    "loss",
-    "learning_rate",
-]
 
 
 def now_iso() -> str:
@@ -240,15 +221,15 @@ class RunDir:
         self.departures: list[dict[str, str]] = []
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "tensorboard").mkdir(exist_ok=True)
+            (self.path / FILES["tensorboard"]).mkdir(exist_ok=True)
 
     @property
     def tensorboard_dir(self) -> Path:
-        return self.path / "tensorboard"
+        return self.path / FILES["tensorboard"]
 
     def cell(self) -> dict[str, Any]:
         """The host's cell.json, when the run was started by the kit (empty when run by hand)."""
-        cell_file = self.path / "cell.json"
+        cell_file = self.path / FILES["cell"]
         return json.loads(cell_file.read_text()) if cell_file.exists() else {}
 
     def depart(self, reason: str, kind: str) -> None:
@@ -295,7 +276,7 @@ class RunDir:
         # what a diff of two runs of one cell reads when their numbers differ.
         info["hardware"] = hardware.describe()
         info.update(extra)
-        write_json_atomic(self.path / "sysinfo.json", info)
+        write_json_atomic(self.path / FILES["sysinfo"], info)
 
     def log_step(
         self,
@@ -319,7 +300,7 @@ class RunDir:
             "learning_rate": learning_rate,
         }
         if self._writer is None:
-            self._csv = open(self.path / "throughput.csv", "w", newline="")  # noqa: SIM115 -- kept open across steps, closed in write_summary
+            self._csv = open(self.path / FILES["throughput"], "w", newline="")  # noqa: SIM115 -- kept open across steps, closed in write_summary
             self._writer = csv.DictWriter(self._csv, fieldnames=THROUGHPUT_FIELDS)
             self._writer.writeheader()
         self._writer.writerow(row)
@@ -381,5 +362,5 @@ class RunDir:
             "finished_at": now_iso(),
         }
         summary.update(extra)
-        write_json_atomic(self.path / "summary.json", summary)
+        write_json_atomic(self.path / FILES["summary"], summary)
         return summary

@@ -7,7 +7,10 @@ line after parsing it. A schema is ``{"closed": bool, "arguments": {name: rule}}
 a command line carries it) and optionally ``nullable``, ``min``,
 ``max``, ``above`` (strictly greater than) and ``choices``. A closed schema names every argument the
 trainer takes, so a misspelt key is caught too; an open one (a trainer that also passes
-TrainingArguments through) checks only the names it lists.
+TrainingArguments through) checks only the names it lists. ``relations`` tie two arguments (VOLO's
+token-label size is its image size / 16): ``{"arg", "equals", "divided_by", "why"}``. ``roles`` name
+the arguments the host reads without knowing the trainer: the per-device batch, the loader workers,
+the step cap, and the switches whose effect the trainer records (arg -> recorded summary field).
 """
 
 from __future__ import annotations
@@ -82,4 +85,11 @@ def check(schema: dict[str, Any], args: dict[str, Any], only_known: bool = False
         wrong = problem(rule, value)
         if wrong:
             found.append(f"{key}: {wrong}")
+    for relation in schema.get("relations", []):
+        value, other = args.get(relation["arg"]), args.get(relation["equals"])
+        if isinstance(value, int) and isinstance(other, int) and value != other // relation["divided_by"]:
+            found.append(
+                f"{relation['arg']} {value} does not match {relation['equals']} {other} "
+                f"(= {other // relation['divided_by']}: {relation['why']})"
+            )
     return found
