@@ -44,18 +44,55 @@ def attention_kernel(run: Callable[[], Any]) -> str:
     kernels) or the fused kernel (``sdpa-flash``, ``sdpa-efficient``, ``sdpa-cudnn``, ``sdpa-fused``)."""
     with _Dispatched() as dispatched:
         run()
+    return _attention_of(dispatched.names)
+
+
+def _attention_of(ops: set[str]) -> str:
     for op, name in FUSED_ATTENTION.items():
-        if op in dispatched.names:
+        if op in ops:
             return name
     # SDPA's unfused fallback calls _safe_softmax in today's torch, _softmax in older ones.
-    if dispatched.names & {"_softmax", "_safe_softmax"} and dispatched.names & {"bmm", "baddbmm"}:
+    if ops & {"_softmax", "_safe_softmax"} and ops & {"bmm", "baddbmm"}:
         return "math"
     return "unknown"
 
 
+class FirstCallWatch:
+    """Watches the first forward of a module inside the run itself (a Trainer's loop, where no probe
+    can stand in for its autocast and device): the attention kernels it dispatched and the mixed
+    precision it ran under. Removes its hooks after that call. ``dispatch=False`` reads the precision
+    only (where ops do not reach a dispatch mode as they run: HPU lazy mode)."""
+
+    def __init__(self, module: torch.nn.Module, dispatch: bool = True) -> None:
+        self.attention: str | None = None
+        self.mixed_precision: str | None = None
+        self.dispatch = dispatch
+        self._mode: _Dispatched | None = None
+        self._hooks = [module.register_forward_pre_hook(self._enter), module.register_forward_hook(self._leave)]
+
+    def _enter(self, module: torch.nn.Module, args: tuple) -> None:
+        if self.mixed_precision is not None:
+            return
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        parameter = next(module.parameters(), None)
+        device = (first if first is not None else parameter).device.type
+        self.mixed_precision = mixed_precision(device, parameter.dtype if parameter is not None else first.dtype)
+        if self.dispatch:
+            self._mode = _Dispatched()
+            self._mode.__enter__()
+
+    def _leave(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self.attention = _attention_of(self._mode.names)
+            self._mode = None
+        for hook in self._hooks:
+            hook.remove()
+
+
 def _unwrapped(optimizer: Any) -> Any:
     """accelerate's and others' wrappers hold the optimizer that steps in ``.optimizer``."""
-    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
+    while getattr(optimizer, "optimizer", None) is not None:  # accelerate's is an Optimizer subclass
         optimizer = optimizer.optimizer
     return optimizer
 
