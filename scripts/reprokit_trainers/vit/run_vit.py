@@ -363,6 +363,12 @@ def grad_scaler(args: TrainArguments, prec: Precision, device: torch.device) -> 
     return torch.amp.GradScaler(device.type, enabled=prec.loss_scaling)
 
 
+def pycls_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """pycls's loss: soft cross-entropy on one-hot labels smoothed to 1 - s + s/C and s/C, which is
+    torch's cross-entropy with label smoothing s; in fp32 whatever the logits' dtype."""
+    return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+
+
 def pycls_lr(epoch: int, args: TrainArguments) -> float:
     """pycls's cosine policy with linear warmup, evaluated once per epoch as pycls does."""
     cosine = 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
@@ -419,7 +425,7 @@ def train(
                         mixed_precision=kernels.mixed_precision(device.type, images.dtype),
                         data_path=data_path(loader, pixels),
                     )
-            loss = F.cross_entropy(logits.float(), labels, label_smoothing=args.label_smoothing)
+            loss = pycls_loss(logits, labels, args.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
