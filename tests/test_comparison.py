@@ -13,10 +13,12 @@ from reprokit.records import SCHEMA_VERSION
 
 
 def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world: int = 1) -> Path:
+    """A finished run of ``cell``; one whose summary says no ``software`` ran its publication's."""
     run_dir = tmp_path / "session" / "runs" / cell.cell_id
     run_dir.mkdir(parents=True)
     (run_dir / "cell.json").write_text(json.dumps(cell.to_json()))
     (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": device, "world_size": world}))
+    summary = {"software": dict(cell.software), **summary}
     (run_dir / "summary.json").write_text(
         json.dumps({"schema_version": SCHEMA_VERSION, "status": "ok", "world_size": world, **summary})
     )
@@ -98,7 +100,10 @@ def test_a_version_one_summary_with_synthetic_data_is_not_comparable_either(tmp_
         json.dumps({"status": "ok", "samples_per_second": 90.0, "train_samples_per_second": 74.0, "data_source": "synthetic"})
     )
     row = collect.row(run_dir)
-    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "synthetic data")
+    # A version-1 trainer recorded no software either: nothing shows it ran the published kernels.
+    reasons = row["verdict_reasons"].split("; ")
+    assert row["verdict"] == "not comparable" and reasons[0] == "synthetic data"
+    assert "optimizer: not recorded, published: adamw per-tensor (transformers)" in reasons
 
 
 def test_a_mediapipe_variant_whose_loader_fell_back_is_not_comparable(tmp_path):
