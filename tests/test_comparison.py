@@ -14,10 +14,12 @@ from reprokit.results.records import SCHEMA_VERSION
 
 
 def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world: int = 1) -> Path:
+    """A finished run of ``cell``; one whose summary says no ``software`` ran its publication's."""
     run_dir = tmp_path / "session" / "runs" / cell.cell_id
     run_dir.mkdir(parents=True)
     (run_dir / "cell.json").write_text(json.dumps(cell.to_json()))
     (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": device, "world_size": world}))
+    summary = {"software": dict(cell.software), **summary}
     (run_dir / "summary.json").write_text(
         json.dumps({"schema_version": SCHEMA_VERSION, "status": "ok", "world_size": world, **summary})
     )
@@ -192,6 +194,19 @@ def test_a_published_cell_that_ran_its_publications_kernels_is_judged(tmp_path):
     assert row["verdict"] in ("reproduced", "faster", "slower") and row["software"]["tf32"] == "on"
 
 
+def test_a_publication_that_ran_other_kernels_on_gaudi_holds_each_accelerators_cells_to_its_own(tmp_path):
+    import yaml
+
+    path = _with_software(tmp_path, {"optimizer": "adamw per-tensor (transformers)", "attention": "math"})
+    data = yaml.safe_load(path.read_text())
+    data["published_software"]["accelerators"] = {"gaudi2": {"optimizer": "fusedadamw fused (habana)"}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = recipes.load(str(path))
+    on = {a: cells.expand(recipe, str(path), a, "published", ["workers2"], devices=1)[0].software for a in ("cuda", "gaudi2")}
+    assert on["cuda"] == {"optimizer": "adamw per-tensor (transformers)", "attention": "math"}
+    assert on["gaudi2"] == {"optimizer": "fusedadamw fused (habana)", "attention": "math"}
+
+
 def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_published_variant(tmp_path):
     path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor"}, variants_beyond=True)
     published = _cell_of(path, "workers2")
@@ -211,6 +226,10 @@ def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_publis
     [
         ({"published_software": {"source": "x", "kernels": {"attn": "math"}}}, "unknown software key(s) attn"),
         ({"variants": [{"name": "a", "beyond": "b"}]}, "beyond names 'b', which is not a published variant"),
+        (
+            {"published_software": {"source": "x", "accelerators": {"gaudi2": {"optim": "fused"}}}},
+            "published_software.accelerators.gaudi2: unknown software key(s) optim",
+        ),
     ],
 )
 def test_a_recipe_names_only_known_software_and_published_variants(recipe_file, change, expected):

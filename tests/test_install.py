@@ -82,3 +82,27 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_p
     # The image's build context carries the installed trainers (read as package data, not from a checkout).
     assert (context / "Dockerfile").exists() and (context / "reprokit_trainers" / "volo").is_dir()
     assert not list(elsewhere.rglob("__pycache__"))
+
+    # Without the train extra, the trainers cannot run in this Python: said before the first cell.
+    smoke = ("reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
+             "--variant", "workers0", "--out", str(elsewhere / "results"))  # fmt: skip
+    refused = _run(installed, elsewhere, *smoke)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "install the kit with its train extra (pip install 'reprokit[train]')" in refused.stderr.splitlines()[-1]
+    assert not list((elsewhere / "results").glob("*/runs/*/stdout.log"))
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_outside_the_checkout_runs_a_smoke_cell(installed, tmp_path):
+    # The train extra's packages: this checkout's venv's (the same pins), seen through a .pth file, so
+    # that the kit itself is the wheel's and the trainers are the ones it installed.
+    site = next((installed.parent / "lib").glob("python3*/site-packages"))
+    (site / "zz-train-extra.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))
+    try:
+        done = _run(installed, tmp_path, "reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke",
+                    "--runtime", "local", "--variant", "workers0", "--out", str(tmp_path / "results"))  # fmt: skip
+    finally:
+        (site / "zz-train-extra.pth").unlink()
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary,) = (tmp_path / "results").glob("*/runs/bridgetower--workers0/summary.json")
+    assert json.loads(summary.read_text())["status"] == "ok"

@@ -131,7 +131,7 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     _, run_dir = train(
         tmp_path,
         "--random_init", "--synthetic_data", "--do_train", "--do_eval", "--do_predict",
-        "--max_steps", "6", "--dataloader_num_workers", "1",
+        "--max_steps", "6", "--dataloader_num_workers", "1", "--optim", "adamw_hf",
     )  # fmt: skip
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -153,6 +153,16 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
         "published",
     )
     assert summary["distribution_strategy"] == "none (one process)" and summary["torch_compile"] is False
+    # The software that ran, read back: transformers 4.31's per-tensor AdamW as the recipe asks,
+    # transformers' own attention in the text layers, torch's MultiheadAttention (SDPA) in the vision's.
+    assert summary["software"] == {
+        "attention": "text math, vision sdpa-flash",
+        "optimizer": "adamw per-tensor (transformers)",
+        "ddp": "none",
+        "tf32": summary["software"]["tf32"],
+        "mixed_precision": "fp32",
+        "data_path": "published",
+    }
     assert summary["trainer"] == "Trainer" and summary["gaudi_config"] is None
     assert summary["eval_metrics"]["eval_loss"] > 0 and summary["test_metrics"]["test_loss"] > 0
     assert (summary["model_source"], summary["data_source"], summary["tokenizer_source"]) == (
@@ -588,3 +598,54 @@ def test_an_optimizer_without_train_modes_survives_accelerate_033s_unguarded_cal
     _give_optimizer_train_modes(SimpleNamespace(optimizer=schedule_free))
     schedule_free.train()
     assert calls == ["train"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The published image path: what optimum-habana v1.7.0's get_image hands the transform
+
+
+def test_the_published_path_makes_no_rgb_copy_and_gives_the_same_pixels(monkeypatch):
+    """v1.7.0 turns an RGB image into a tensor as it is: the kit's former .convert("RGB") copied every
+    image and changed no pixel (on the synthetic cartoons the output is bit for bit the same)."""
+    import io
+
+    from PIL import Image
+
+    from reprokit_trainers.bridgetower import fastimage
+
+    transform = fastimage.published_transform(294)
+    rng = np.random.default_rng(0)
+    convert, converted = Image.Image.convert, []
+
+    def counting_convert(self, *args, **kwargs):
+        converted.append(args)
+        return convert(self, *args, **kwargs)
+
+    for width, height in sample_sizes(3, rng, CARTOON_WIDTHS, CARTOON_HEIGHTS):
+        image = Image.open(io.BytesIO(cartoon_jpeg_bytes(width, height, rng)))
+        image.load()  # as datasets hands it over
+        copied = transform(image.convert("RGB"))  # what the kit's path computed before
+        monkeypatch.setattr(Image.Image, "convert", counting_convert)
+        published = transform(image)
+        monkeypatch.setattr(Image.Image, "convert", convert)
+        assert converted == [] and torch.equal(published, copied)
+
+
+def test_a_grey_image_is_made_grey_rgb_and_a_four_band_one_stops_in_one_line():
+    """v1.7.0: a one-band image goes through to_grayscale(3 channels) (the same pixels as the RGB
+    convert); an RGBA or CMYK image became a 4-channel tensor and the run failed at Normalize."""
+    from PIL import Image
+
+    from reprokit_trainers.bridgetower import fastimage
+
+    transform = fastimage.published_transform(294)
+    grey = Image.fromarray(np.random.default_rng(1).integers(0, 256, (300, 400), dtype=np.uint8), "L")
+    assert torch.equal(transform(grey), transform(grey.convert("RGB")))
+    for mode in ("RGBA", "CMYK"):
+        with pytest.raises(fastimage.ImageModeError, match=f"an image of mode {mode}: the published transform"):
+            transform(Image.new(mode, (300, 400)))
+    worker = fastimage.ImageModeError(
+        "Caught ImageModeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        "  ...\nreprokit_trainers.bridgetower.fastimage.ImageModeError: an image of mode CMYK: the published"
+    )
+    assert run_bridgetower.image_mode_error(worker) == "an image of mode CMYK: the published"

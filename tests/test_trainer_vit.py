@@ -287,8 +287,8 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
             for key, value in variant.args.items():
                 if key not in (recipe.scales[scale].args or {}):
                     assert values[key] == value, (cell.variant, key)
-            # Every rung is true fp32 where it computes in fp32: TF32 off, said by the recipe.
-            assert values["tf32"] is False, cell.variant
+            # Every rung runs TF32 as the 2022 stack did (torch <= 1.11: on), said by the recipe.
+            assert values["tf32"] is True, cell.variant
     assert "compile" not in [c.variant for c in cells.expand(recipe, "vit-speedups", "cpu", "smoke")]
 
 

@@ -225,7 +225,7 @@ def expand(
                 recipe_hash=digest,
                 kit_revision=revision,
                 id_suffix=id_suffix,
-                software=recipe.expected_software(variant),
+                software=recipe.expected_software(variant, profile.name),
                 beyond=variant.beyond,
                 roles=arguments.roles(recipe.trainer),
             )

@@ -127,11 +127,18 @@ class PublishedSoftware(Strict):
         default_factory=dict,
         description=f"the trainer's recorded software of a published variant, by key ({', '.join(SOFTWARE_KEYS)})",
     )
+    accelerators: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="per accelerator profile, the kernels that differ there (a publication that ran one "
+        "stack on GPUs and another on Gaudi)",
+    )
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _known_keys(self) -> PublishedSoftware:
         _check_software_keys("published_software.kernels", self.kernels)
+        for accelerator, kernels in self.accelerators.items():
+            _check_software_keys(f"published_software.accelerators.{accelerator}", kernels)
         return self
 
 
@@ -236,12 +243,13 @@ class Recipe(Strict):
     )
     published_software: PublishedSoftware | None = None
 
-    def expected_software(self, variant: Variant) -> dict[str, str]:
-        """The software a published variant must have run to be judged (empty: nothing declared;
-        a variant beyond the publication is held to nothing)."""
+    def expected_software(self, variant: Variant, accelerator: str | None = None) -> dict[str, str]:
+        """The software a published variant must have run on ``accelerator`` to be judged (empty:
+        nothing declared; a variant beyond the publication is held to nothing)."""
         if variant.beyond or self.published_software is None:
             return {}
-        return {**self.published_software.kernels, **variant.software}
+        published = self.published_software
+        return {**published.kernels, **published.accelerators.get(accelerator or "", {}), **variant.software}
 
     def published_command(self, variant: str) -> PublishedCommand | None:
         return next((c for c in self.published_commands if variant in c.variants), None)

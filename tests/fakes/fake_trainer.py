@@ -127,6 +127,8 @@ def main() -> int:
                 "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
             },
             "departures": [],
+            # A fake runs whatever software its cell expects (cell.json, written by the host).
+            "software": json.loads((out / "cell.json").read_text()).get("software", {}) if (out / "cell.json").exists() else {},
             "warmup_steps": 2,
             "steps": args.fake_steps,
             "samples": 4 * args.fake_steps,

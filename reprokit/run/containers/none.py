@@ -3,11 +3,14 @@ cluster, both on storage every node sees)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from reprokit import trainers
+from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch
@@ -24,9 +27,39 @@ def environment(run_dir: Path) -> dict[str, str]:
     }
 
 
+def missing_train_packages() -> list[str]:
+    """The packages of the kit's `train` extra (the trainers' environment) this Python lacks, read
+    from the kit's own metadata, without importing any of them."""
+    try:
+        required = metadata.requires("reprokit") or []
+    except metadata.PackageNotFoundError:
+        return []
+    missing = []
+    for requirement in required:
+        if 'extra == "train"' not in requirement:
+            continue
+        name = re.split(r"[ ;=<>!~\[]", requirement, maxsplit=1)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
 class NoContainer(Container):
     name = "none"
     launches = frozenset({LOCAL, SRUN})
+
+    def check(self, profile: Profile, runtime: str) -> None:
+        # The kit's trainers run in this very Python: without the train extra every cell would fail on
+        # its first import, after the session had started.
+        missing = missing_train_packages()
+        if missing:
+            raise ReprokitError(
+                f"the trainers run in this Python ({sys.executable}), which lacks {', '.join(missing[:4])}"
+                f"{' and more' if len(missing) > 4 else ''}: install the kit with its train extra "
+                "(pip install 'reprokit[train]'), or run the cells in the kit's image (--container docker)"
+            )
 
     def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
         env = environment(run_dir)

@@ -39,18 +39,39 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
-def _open_rgb(data: bytes | Image.Image) -> Image.Image:
-    image = data if isinstance(data, Image.Image) else Image.open(io.BytesIO(data))
-    return image
+def _open(data: bytes | Image.Image) -> Image.Image:
+    return data if isinstance(data, Image.Image) else Image.open(io.BytesIO(data))
+
+
+class ImageModeError(ValueError):
+    """An image the published transform cannot take: its run failed on it at Normalize."""
+
+
+def published_pixels(image: Image.Image) -> torch.Tensor:
+    """A decoded image as optimum-habana v1.7.0's ``get_image`` hands it to the transform: an RGB
+    image as it is (no ``convert`` copy), a one-band image (L, P, 1) made grey RGB, float in [0, 1].
+
+    Any other mode (RGBA, CMYK, LA, ...) became a 4- or 2-channel tensor there and the run failed at
+    Normalize; the kit stops on it with one line instead."""
+    from torchvision.transforms.functional import to_grayscale, to_tensor
+
+    bands = len(image.getbands())
+    if bands == 1:
+        image = to_grayscale(image, num_output_channels=3)
+    elif image.mode != "RGB":
+        raise ImageModeError(
+            f"an image of mode {image.mode}: the published transform takes RGB or one-band images (its "
+            "run failed on this one at Normalize); convert the dataset's images or use --image_pipeline kit"
+        )
+    return to_tensor(image)
 
 
 def published_transform(
     image_size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD
 ) -> Callable[[bytes | Image.Image], torch.Tensor]:
-    """The published script's CPU path as it ran: PIL decode -> to_tensor -> Resize (bicubic, not
-    antialiased, on a float tensor: no clamping either) -> CenterCrop -> Normalize."""
+    """The published script's CPU path as it ran: PIL decode -> to_tensor (published_pixels) ->
+    Resize (bicubic, not antialiased, on a float tensor: no clamping either) -> CenterCrop -> Normalize."""
     from torchvision.transforms import CenterCrop, ConvertImageDtype, InterpolationMode, Normalize, Resize
-    from torchvision.transforms.functional import to_tensor
 
     pipeline = torch.nn.Sequential(
         # torchvision 0.14-0.16's default for tensors; said explicitly, since 0.17 turned it on.
@@ -61,9 +82,9 @@ def published_transform(
     )
 
     def transform(data: bytes | Image.Image) -> torch.Tensor:
-        image = _open_rgb(data).convert("RGB")
+        pixels = published_pixels(_open(data))
         with torch.no_grad():
-            return pipeline(to_tensor(image))
+            return pipeline(pixels)
 
     return transform
 
@@ -109,7 +130,7 @@ class FastImageTransform:
                 )
             except ValueError:  # CMYK and other JPEGs libjpeg-turbo's RGB output does not cover
                 pass
-        return np.asarray(_open_rgb(data).convert("RGB"))
+        return np.asarray(_open(data).convert("RGB"))
 
     def __call__(self, data: bytes | Image.Image) -> torch.Tensor:
         pixels = self._decode(data)

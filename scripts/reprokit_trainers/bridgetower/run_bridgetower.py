@@ -57,7 +57,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import flops
+from reprokit_trainers.common import flops, kernels
 from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.synthetic import (
@@ -74,6 +74,7 @@ from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
     FastImageTransform,
+    ImageModeError,
     decode_batch_on_device,
     published_transform,
 )
@@ -911,6 +912,49 @@ def record_departures(
             )
 
 
+def watch_attention(model: BridgeTowerForContrastiveLearning, dispatch: bool) -> dict[str, kernels.FirstCallWatch]:
+    """Watch the first training forward of the first text layer's attention (transformers' own:
+    matmul, softmax, matmul) and of the first vision block's (torch's nn.MultiheadAttention); without
+    ``dispatch``, only the mixed precision they run under."""
+    towers = model.bridgetower
+    return {
+        "text": kernels.FirstCallWatch(towers.text_model.encoder.layer[0].attention, dispatch),
+        "vision": kernels.FirstCallWatch(towers.vision_model.visual.transformer.resblocks[0].attn, dispatch),
+    }
+
+
+def software_in_effect(
+    trainer: Trainer, watches: dict[str, kernels.FirstCallWatch], switches: dict[str, Any], why_unread: str
+) -> dict[str, str | None]:
+    """summary.json's software block, read back from what ran (common/kernels.py): the attention
+    kernels and the mixed precision of the first forward, the optimizer the Trainer built, how
+    gradients were reduced, TF32 as torch has it, and the image path in effect."""
+    attention = mixed = f"not read ({why_unread})"
+    if watches:
+        mixed = watches["text"].mixed_precision or mixed
+        if watches["text"].dispatch:
+            attention = ", ".join(f"{tower} {watch.attention}" for tower, watch in watches.items())
+    if switches["distribution_strategy"] == "fast_ddp":
+        ddp = "fast_ddp"  # no DDP wrapper to read: optimum-habana reduces all gradients in one buffer
+    else:
+        ddp = kernels.gradient_reduction(trainer.model_wrapped)
+    return {
+        "attention": attention,
+        "optimizer": kernels.optimizer_kernel(trainer.optimizer) if trainer.optimizer is not None else None,
+        "ddp": ddp,
+        "tf32": kernels.tf32_in_effect(),
+        "mixed_precision": mixed,
+        "data_path": switches["image_pipeline"],
+    }
+
+
+def image_mode_error(error: ImageModeError) -> str:
+    """The one line of an image the published transform cannot take, also when a loader worker
+    raised it (its message then carries the worker's traceback; the last line is the error's)."""
+    last = str(error).strip().splitlines()[-1]
+    return last.split(f"{ImageModeError.__name__}: ", 1)[-1]
+
+
 def distribution_in_effect(bench: BenchmarkArguments, training_args: TrainingArguments) -> str:
     """How gradients were reduced: one process reduces nothing, whatever was asked."""
     if training_args.world_size <= 1:
@@ -998,12 +1042,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         trainer_name,
     )
     logger.info("in effect: %s", ", ".join(f"{k} {v}" for k, v in switches.items()))
+    # Dispatch is watched in eager PyTorch only: HPU lazy mode and compiled graphs run elsewhere.
+    why_unread = "torch.compile" if training_args.torch_compile else "HPU lazy mode" if on_gaudi else ""
+    watches = {} if training_args.torch_compile else watch_attention(model, dispatch=not on_gaudi)
 
     # 7. Train, evaluate and predict, as asked (mediapipe's loader may refuse here, in one line)
-    with one_line_errors(PROG, SetupError):
-        train_metrics, eval_metrics, test_metrics = train_and_evaluate(
-            trainer, splits, training_args, bench, tokenizer
-        )
+    try:
+        with one_line_errors(PROG, SetupError):
+            train_metrics, eval_metrics, test_metrics = train_and_evaluate(
+                trainer, splits, training_args, bench, tokenizer
+            )
+    except ImageModeError as error:
+        raise config_error(PROG, image_mode_error(error)) from None
+    software = software_in_effect(trainer, watches, switches, why_unread)
 
     # 8. Write the summary, last
     figures = definitions(
@@ -1045,6 +1096,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
+        optim=str(training_args.optim.value if hasattr(training_args.optim, "value") else training_args.optim),
+        software=software,
         **switches,
         **flops.summary_fields(
             sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops

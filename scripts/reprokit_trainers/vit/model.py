@@ -21,8 +21,13 @@ The ladder's switches:
   ``nn.MultiheadAttention(batch_first=True)`` transposes to ``(L, N, E)`` and back inside every call;
   ``batch_second`` keeps ``(L, N, E)`` throughout and uses ``batch_first=False``, so no attention
   call transposes (pycls's commit claims ~4% training speed);
-- ``attention``: ``mha`` calls ``nn.MultiheadAttention``; ``sdpa`` (beyond the publication) uses the
-  same parameters but calls ``F.scaled_dot_product_attention`` directly.
+- ``attention``: ``math`` is the attention pycls ran in 2022: ``nn.MultiheadAttention`` on torch 1.x
+  computed batched matmul, softmax, batched matmul whatever ``need_weights`` said; torch 2.x sends
+  ``need_weights=False`` (pycls's call) to the fused ``F.scaled_dot_product_attention`` instead, and
+  keeps the unfused steps only for ``need_weights=True``, which ``math`` asks for (per head, not
+  averaged: no extra op). Beyond the publication: ``mha`` is today's ``nn.MultiheadAttention(
+  need_weights=False)`` (fused SDPA inside the module), ``sdpa`` calls
+  ``F.scaled_dot_product_attention`` directly on the same parameters.
 
 The parameters and their names are the same for every switch value except the class token, so a
 state dict moves between layouts and attention implementations unchanged.
@@ -40,7 +45,7 @@ from torch import nn
 
 CLASSIFIERS = ("token", "pooled")
 LAYOUTS = ("batch_first", "batch_second")
-ATTENTIONS = ("mha", "sdpa")
+ATTENTIONS = ("math", "mha", "sdpa")
 
 # pycls names its ViT sizes by hidden dim, depth and heads; B/16 and L/16 are the ViT paper's.
 # "tiny" is the kit's smoke-test size: the same code at a size a CPU trains in milliseconds.
@@ -62,7 +67,7 @@ class ViTConfig:
     num_classes: int = 1000
     classifier: str = "token"
     layout: str = "batch_first"
-    attention: str = "mha"
+    attention: str = "math"
     ln_eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -101,10 +106,11 @@ def vit_config(size: str, overrides: dict[str, Any] | None = None, **switches: A
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention on (N, L, E) or (L, N, E) tensors, by nn.MultiheadAttention or SDPA.
+    """Multi-head self-attention on (N, L, E) or (L, N, E) tensors: unfused (``math``), or fused SDPA
+    through ``nn.MultiheadAttention`` (``mha``) or called directly (``sdpa``).
 
-    Both implementations use the parameters of one ``nn.MultiheadAttention`` (packed q/k/v input
-    projection and ``out_proj``), so they compute the same function with the same weights.
+    All use the parameters of one ``nn.MultiheadAttention`` (packed q/k/v input projection and
+    ``out_proj``), so they compute the same function with the same weights.
     """
 
     def __init__(self, hidden_d: int, n_heads: int, batch_first: bool, attention: str) -> None:
@@ -112,10 +118,13 @@ class SelfAttention(nn.Module):
         self.attn = nn.MultiheadAttention(hidden_d, n_heads, batch_first=batch_first)
         self.batch_first = batch_first
         self.n_heads = n_heads
-        self.use_sdpa = attention == "sdpa"
+        self.attention = attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.use_sdpa:
+        if self.attention == "math":
+            # The weights are asked for only to keep torch on its unfused path (torch 1.x's kernels).
+            return self.attn(x, x, x, need_weights=True, average_attn_weights=False)[0]
+        if self.attention == "mha":
             return self.attn(x, x, x, need_weights=False)[0]
         # (N, L, 3E) or (L, N, 3E) -> q, k, v as (N, H, L, D), the layout SDPA's kernels take.
         qkv = F.linear(x, self.attn.in_proj_weight, self.attn.in_proj_bias)

@@ -11,13 +11,21 @@ facebookresearch/pycls's ViT; each is a switch here, so the ladder is one ablati
     --layout batch_first|batch_second (N, L, E) or (L, N, E) into nn.MultiheadAttention
     --sharding ddp|fsdp               FSDP with fp16 parameters and LayerNorms kept in fp32, as pycls
                                       did with fairscale (LAYER_NORM_FP32)
-    --compile, --attention sdpa       beyond the publication: torch.compile, and SDPA called directly
+    --attention math|mha|sdpa         math: bmm, softmax, bmm, as torch 1.x's nn.MultiheadAttention ran
+                                      in 2022 (published); beyond it: mha (torch 2's module, fused
+                                      SDPA inside) and sdpa (SDPA called directly)
+    --input_pipeline pycls|uint8      pycls's data path (published) or the kit's uint8 one (pycls_data.py)
+    --compile                         beyond the publication: torch.compile
 
 pycls's ViT recipe (its configs/fsdp/*.yaml, the ViT configs the repository ships): AdamW,
 base lr 1e-3 with 5 warmup epochs from 0.1x and a cosine to 0.005x over 100 epochs (set per epoch),
 weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugment on a random-sized
-crop with a flip. Not modeled (device-side, small next to a ViT step): MixUp/CutMix, the EMA copy of
-the weights, PCA lighting noise.
+crop with a flip, PCA lighting noise. Not modeled (device-side, small next to a ViT step):
+MixUp/CutMix, the EMA copy of the weights.
+
+summary.json's ``software`` says what ran, read back (common/kernels.py): the attention kernels
+dispatched, the optimizer's implementation, the gradient reduction, TF32, the mixed precision and the
+data path; the host holds a published rung to its publication's.
 
     python -m reprokit_trainers.vit --output_dir out --model_size b16 --per_device_train_batch_size 70 --amp fp16
     torchrun --nproc_per_node 8 -m reprokit_trainers.vit ...     # NCCL on GPUs, gloo on CPUs
@@ -47,15 +55,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from PIL import Image
 from torch import nn
 
-from reprokit_trainers.common import flops, imagenet, loop
+from reprokit_trainers.common import flops, imagenet, kernels, loop
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.steps import StepLogger
 
+from . import pycls_data
 from .model import ViT, vit_config
 
 PROG = "run_vit.py"  # the name errors and sysinfo.json give
@@ -79,7 +87,13 @@ class ModelArguments:
     )
     classifier: str = field(default="token", metadata={"help": "token | pooled (pycls VIT.CLASSIFIER_TYPE)"})
     layout: str = field(default="batch_first", metadata={"help": "batch_first | batch_second"})
-    attention: str = field(default="mha", metadata={"help": "mha (nn.MultiheadAttention) | sdpa"})
+    attention: str = field(
+        default="math",
+        metadata={
+            "help": "math (bmm, softmax, bmm: pycls's 2022 nn.MultiheadAttention) | mha (torch 2's "
+            "nn.MultiheadAttention: fused SDPA) | sdpa (F.scaled_dot_product_attention called directly)"
+        },
+    )
     img_size: int = field(default=224, metadata={"help": "training image size (pycls TRAIN.IM_SIZE)"})
     num_classes: int = field(default=1000)
 
@@ -91,6 +105,13 @@ class DataArguments(imagenet.ImageNetArguments):
     )
     pin_memory: bool = field(default=True, metadata={"help": "pycls DATA_LOADER.PIN_MEMORY"})
     augment: str = field(default="AutoAugment", metadata={"help": "AutoAugment | none (pycls TRAIN.AUGMENT)"})
+    input_pipeline: str = field(
+        default="pycls",
+        metadata={
+            "help": "pycls (OpenCV decode, float32 augment, lighting and normalize on the CPU, blocking "
+            "copy: published) | uint8 (Pillow, uint8 batch, normalized on the device, non-blocking copy)"
+        },
+    )
 
 
 @dataclass
@@ -189,58 +210,11 @@ def flops_per_sample(args: ModelArguments) -> float:
 # Data
 
 
-class PyclsTrainTransform:
-    """pycls's ImageNet training transform: random-sized crop, flip, then AutoAugment on the crop.
-
-    pycls's AutoAugment is timm's "v0" policy (pycls/datasets/augment.py says they match), so timm's
-    is used. Returns a uint8 CHW crop and where it came from (imagenet.py's contract).
-    """
-
-    def __init__(
-        self,
-        img_size: int,
-        augment: str = "AutoAugment",
-        hflip: float = 0.5,
-        scale: tuple[float, float] = (0.08, 1.0),
-        ratio: tuple[float, float] = (3 / 4, 4 / 3),
-    ) -> None:
-        self.img_size, self.hflip, self.scale, self.ratio = img_size, hflip, scale, ratio
-        self.augment = None
-        if augment.lower() not in ("", "none"):
-            if augment != "AutoAugment":
-                raise ValueError(f"--augment {augment}: the kit supports AutoAugment or none")
-            from timm.data.auto_augment import auto_augment_transform
-
-            mean = tuple(round(255 * m) for m in imagenet.IMAGENET_MEAN)
-            self.augment = auto_augment_transform(
-                "v0", {"translate_const": int(img_size * 0.45), "img_mean": mean}
-            )
-            # pycls keeps at least 1 bit in Posterize (its POSTERIZE_MIN = 1) where timm's v0 keeps
-            # int(m / 10 * 4), 0 at m = 2, which Pillow refuses: lift those ops to 1 bit, as pycls.
-            for op in (op for sub_policy in self.augment.policy for op in sub_policy):
-                if op.name == "Posterize" and int(op.magnitude / 10 * 4) < 1:
-                    op.magnitude = 2.5
-
-    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, imagenet.Crop]:
-        width, height = image.size
-        top, left, h, w = imagenet.random_resized_crop_params(width, height, self.scale, self.ratio)
-        size = (self.img_size, self.img_size)
-        crop = image.resize(size, Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
-        flipped = random.random() < self.hflip
-        if flipped:
-            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        if self.augment is not None:
-            crop = self.augment(crop)
-        tensor = torch.from_numpy(np.asarray(crop, dtype=np.uint8).copy()).permute(2, 0, 1)
-        box = (left / width, top / height, (left + w) / width, (top + h) / height)
-        return tensor, imagenet.Crop(box=box, flipped=flipped)
-
-
 def build_loader(
     args: DataArguments, img_size: int, batch_size: int, seed: int
 ) -> tuple[torch.utils.data.DataLoader, dict[str, Any]]:
     source, described = args.image_source()
-    dataset = imagenet.ImageTrainDataset(source, PyclsTrainTransform(img_size, args.augment))
+    dataset = pycls_data.train_dataset(args.input_pipeline, source, img_size, args.augment)
     loader = imagenet.train_loader(
         dataset,
         batch_size,
@@ -249,6 +223,34 @@ def build_loader(
         seed=seed,
     )
     return loader, described
+
+
+def data_path(loader: torch.utils.data.DataLoader, pixels: torch.Tensor) -> str:
+    """The data path a batch came by: its dataset's, checked against the batch it delivered (pycls's
+    path hands over normalized float32, the kit's uint8)."""
+    path = loader.dataset.data_path
+    expected = torch.float32 if path == pycls_data.PYCLS_PATH else torch.uint8
+    if pixels.dtype != expected:
+        raise RuntimeError(f"the {path} data path delivered {pixels.dtype} batches, not {expected}")
+    return path
+
+
+def attention_in_effect(model: ViT, prec: Precision, device: torch.device) -> str:
+    """The attention kernels the first block's attention dispatches to, forward and backward, for
+    this run's token count, width, dtype and autocast (read before the model is wrapped)."""
+    block = model.encoder.block_0.self_attention
+    config = model.config
+    shape = (2, config.seq_len, config.hidden_d) if model.batch_first else (config.seq_len, 2, config.hidden_d)
+    tokens = torch.ones(shape, device=device, dtype=prec.model_dtype, requires_grad=True)
+
+    def step() -> None:
+        with prec.autocast(device):
+            out = block(tokens)
+        out.float().sum().backward()
+
+    kernel = kernels.attention_kernel(step)
+    model.zero_grad(set_to_none=True)
+    return kernel
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,6 +363,12 @@ def grad_scaler(args: TrainArguments, prec: Precision, device: torch.device) -> 
     return torch.amp.GradScaler(device.type, enabled=prec.loss_scaling)
 
 
+def pycls_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """pycls's loss: soft cross-entropy on one-hot labels smoothed to 1 - s + s/C and s/C, which is
+    torch's cross-entropy with label smoothing s; in fp32 whatever the logits' dtype."""
+    return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+
+
 def pycls_lr(epoch: int, args: TrainArguments) -> float:
     """pycls's cosine policy with linear warmup, evaluated once per epoch as pycls does."""
     cosine = 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
@@ -390,8 +398,10 @@ def train(
     prec: Precision,
     device: torch.device,
     logger: StepLogger,
+    seen: dict[str, str],
 ) -> int:
-    """Train until max_steps or the end of the schedule; returns the number of steps."""
+    """Train until max_steps or the end of the schedule; returns the number of steps. ``seen`` gets
+    what the first step ran with (the software block's precision and data path)."""
     normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
     steps_per_epoch = len(loader)
     step = 0
@@ -402,11 +412,20 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         for index, batch in enumerate(loader):
-            images = normalize(batch["pixel_values"].to(device, non_blocking=True)).to(prec.model_dtype)
+            pixels = batch["pixel_values"]
+            if pixels.dtype == torch.uint8:  # the kit's path: a quarter of the bytes, normalized here
+                images = normalize(pixels.to(device, non_blocking=True)).to(prec.model_dtype)
+            else:  # pycls's: normalized float32 from the workers, copied as its loop did (.cuda())
+                images = pixels.to(device).to(prec.model_dtype)
             labels = batch["labels"].to(device, non_blocking=True)
             with prec.autocast(device):
                 logits = model(images)
-            loss = F.cross_entropy(logits.float(), labels, label_smoothing=args.label_smoothing)
+                if step == 0:
+                    seen.update(
+                        mixed_precision=kernels.mixed_precision(device.type, images.dtype),
+                        data_path=data_path(loader, pixels),
+                    )
+            loss = pycls_loss(logits, labels, args.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -425,7 +444,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
     loop.quiet_notices(".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*")
     model_args, data_args, train_args, device_args = parse_args(argv)
-    # Before anything asks cuBLAS whether it may use TF32: the ladder's fp32 rungs are true fp32.
+    # Before anything asks cuBLAS whether it may use TF32 (the published rungs: on, as torch <= 1.11
+    # had it by default in 2022; the recipe's assumptions give the sources).
     tf32 = loop.set_tf32(PROG, device_args.tf32)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
@@ -440,9 +460,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         random.seed(train_args.seed + rank)
         np.random.seed(train_args.seed + rank)
         torch.manual_seed(train_args.seed)  # the same initial weights on every rank
-        model = build_model(model_args)
+        model = build_model(model_args).to(device=device, dtype=prec.model_dtype)
         parameters = sum(p.numel() for p in model.parameters())
-        model = wrap_model(model.to(device=device, dtype=prec.model_dtype), train_args, prec, device)
+        attention = attention_in_effect(model, prec, device)
+        model = wrap_model(model, train_args, prec, device)
         optimizer = build_optimizer(model, train_args, prec)
     if train_args.compile:
         model = torch.compile(model)
@@ -467,7 +488,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     global_batch = per_device * world
     rung = (
         f"amp {prec.mode}, optimizer {train_args.optimizer}/{train_args.optimizer_impl}, classifier "
-        f"{model_args.classifier}, layout {model_args.layout}, attention {model_args.attention}, "
+        f"{model_args.classifier}, layout {model_args.layout}, attention {model_args.attention} ({attention}), "
+        f"input {data_args.input_pipeline}, "
         f"sharding {train_args.sharding}, compile {train_args.compile}, tf32 {tf32['tf32_matmul']}"
     )
     log(
@@ -486,8 +508,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(loader)),
     )
-    train(model, optimizer, scaler, loader, train_args, prec, device, logger)
+    seen: dict[str, str] = {}
+    train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
     logger.close()
+    # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
+    software = {
+        "attention": attention,
+        "optimizer": kernels.optimizer_kernel(optimizer),
+        "ddp": kernels.gradient_reduction(model),
+        "tf32": kernels.tf32_in_effect(),
+        **seen,
+    }
 
     # 7. Write the summary, last
     return loop.finish(
@@ -501,6 +532,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         classifier=model_args.classifier,
         layout=model_args.layout,
         attention=model_args.attention,
+        input_pipeline=data_args.input_pipeline,
+        software=software,
         amp=prec.mode,
         optimizer=train_args.optimizer,
         optimizer_impl=train_args.optimizer_impl,

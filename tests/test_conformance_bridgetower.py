@@ -1,0 +1,134 @@
+"""The BridgeTower trainer against optimum-habana v1.7.0's example and transformers 4.31: golden values
+made by that code (tests/conformance/make_bridgetower_golden.py; the fixture names the tag, the commit
+and the command), compared with no network. A published GPU cell must preprocess and collate as the
+example did, compute the same contrastive loss, and step the optimizer transformers 4.31's Trainer built
+by default."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from PIL import Image  # noqa: E402
+
+from reprokit_trainers.bridgetower import fastimage, run_bridgetower  # noqa: E402
+from reprokit_trainers.common import kernels  # noqa: E402
+from tests.conformance.weights import deterministic_  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+GOLDEN = json.loads((Path(__file__).parent / "conformance" / "bridgetower_golden.json").read_text())
+CONFIG = GOLDEN["config"]
+
+
+def decoded(data: str) -> Image.Image:
+    image = Image.open(io.BytesIO(base64.b64decode(data)))
+    image.load()  # as datasets hands a decoded image over
+    return image
+
+
+def check_images(transform) -> list[torch.Tensor]:
+    out = []
+    for data, golden in zip(GOLDEN["jpegs"], GOLDEN["images"], strict=True):
+        image = decoded(data)
+        assert image.mode == golden["mode"]
+        pixels = transform(image)
+        step = max(1, pixels.shape[-1] // 4)
+        assert list(pixels.shape) == golden["shape"] and str(pixels.dtype) == golden["dtype"]
+        assert pixels.double().sum().item() == pytest.approx(golden["sum"], rel=1e-6, abs=1e-3)
+        assert pixels.double().square().sum().item() == pytest.approx(golden["sum_of_squares"], rel=1e-6)
+        torch.testing.assert_close(pixels[:, ::step, ::step].flatten(), torch.tensor(golden["grid"]), rtol=0, atol=2e-6)
+        out.append(pixels)
+    return out
+
+
+def test_the_published_image_path_is_v1_7_0s_on_an_rgb_and_a_grey_jpeg():
+    check_images(fastimage.published_transform(CONFIG["image_size"], CONFIG["mean"], CONFIG["std"]))
+
+
+def test_the_collated_batch_is_v1_7_0s():
+    pixels = check_images(fastimage.published_transform(CONFIG["image_size"], CONFIG["mean"], CONFIG["std"]))
+    examples = [{"pixel_values": p, "input_ids": [0, 5, 7, 2], "attention_mask": [1, 1, 1, 1]} for p in pixels]
+    batch = run_bridgetower.collate_fn(examples)
+    assert set(batch) == set(GOLDEN["collate"])
+    for key, golden in GOLDEN["collate"].items():
+        if isinstance(golden, dict):
+            assert (list(batch[key].shape), str(batch[key].dtype)) == (golden["shape"], golden["dtype"]), key
+        else:
+            assert batch[key] == golden
+
+
+def test_the_contrastive_loss_and_its_gradients_are_transformers_4_31s():
+    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
+
+    model = BridgeTowerForContrastiveLearning(BridgeTowerConfig(**CONFIG["tiny"]))
+    deterministic_(dict(model.named_parameters()))
+    model.eval()  # dropout off, as the golden was made
+    size = CONFIG["image_size"]
+    output = model(
+        input_ids=torch.tensor([[0, 5, 7, 9, 2], [0, 11, 3, 2, 1]]),
+        attention_mask=torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]),
+        pixel_values=torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(2)),
+        return_loss=True,
+    )
+    output.loss.backward()
+    assert output.loss.item() == pytest.approx(GOLDEN["loss"], rel=1e-5)
+    norms = torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])
+    assert torch.norm(norms).item() == pytest.approx(GOLDEN["grad_norm_total"], rel=1e-4)
+
+
+def published_optimizer(tmp_path: Path, optim: str | None) -> torch.optim.Optimizer:
+    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
+
+    model = BridgeTowerForContrastiveLearning(BridgeTowerConfig(**CONFIG["tiny"]))
+    extra = {"optim": optim} if optim else {}
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-5, report_to=[], **extra)
+    trainer = Trainer(model=model, args=args)
+    trainer.create_optimizer()
+    return trainer.optimizer
+
+
+def recipe_optim(accelerator: str) -> str | None:
+    from reprokit.plan import cells, recipes
+
+    cell = cells.expand(recipes.load("bridgetower"), "bridgetower", accelerator, "published", ["workers2"])[0]
+    return cell.args.get("optim")
+
+
+def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    golden = GOLDEN["optimizer"]
+    assert f"{type(optimizer).__module__}.{type(optimizer).__name__}" == golden["class"]
+    groups = [{"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]} for g in optimizer.param_groups]
+    assert groups == golden["param_groups"]
+    assert kernels.optimizer_kernel(optimizer) == "adamw per-tensor (transformers)"
+
+
+def test_the_published_gpu_cells_step_transformers_4_31s_default_optimizer(tmp_path):
+    """transformers 4.31 defaulted to optim adamw_hf (its own per-tensor AdamW); 4.49 to torch's.
+    The recipe asks for adamw_hf, and 4.49's Trainer then builds the very optimizer 4.31's did."""
+    assert GOLDEN["optimizer"]["optim"] == recipe_optim("cuda") == "adamw_hf"
+    check_optimizer(published_optimizer(tmp_path, recipe_optim("cuda")))
+
+
+def test_a_changed_published_semantic_fails_the_comparison(tmp_path):
+    """Today's defaults are departures the suite catches: transformers 4.49's default optimizer, and
+    torchvision's antialiased tensor Resize (the 2023 one did not antialias)."""
+    with pytest.raises(AssertionError):
+        check_optimizer(published_optimizer(tmp_path, None))
+    from torchvision.transforms import CenterCrop, InterpolationMode, Normalize, Resize
+
+    size = CONFIG["image_size"]
+    antialiased = torch.nn.Sequential(
+        Resize([size], interpolation=InterpolationMode.BICUBIC, antialias=True),
+        CenterCrop(size),
+        Normalize(CONFIG["mean"], CONFIG["std"]),
+    )
+    with pytest.raises(AssertionError):
+        check_images(lambda image: antialiased(fastimage.published_pixels(image)))
