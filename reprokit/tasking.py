@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from typing import Any
 
@@ -43,6 +44,10 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except ReprokitError as exc:
             raise Exit(f"reprokit: {exc}", code=exc.exit_code) from None
+        except BrokenPipeError:
+            # The reader went away (`inv recipes | head`): stop quietly, as a command-line tool does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=1) from None
         except KeyboardInterrupt:
             raise Exit(
                 "reprokit: interrupted; what was measured is kept", code=130

@@ -9,7 +9,7 @@ import pytest
 from reprokit.errors import ReprokitError
 from reprokit.plan import cells, recipes
 
-PUBLISHED = {  # SOURCES.md §1, samples/s on 8 devices
+PUBLISHED = {  # recipes/SOURCES.md §1, samples/s on 8 devices
     "workers0": {"gaudi2": 601.5, "h100": 336.5, "a100-80gb": 227.5},
     "workers1": {"gaudi2": 747.4, "h100": 580.1, "a100-80gb": 339.7},
     "workers2": {"gaudi2": 768.7, "h100": 602.1, "a100-80gb": 345.4},
@@ -176,7 +176,7 @@ def test_a_malformed_recipe_file_on_the_command_line_exits_2(inv, recipe_file):
 
 
 def test_show_volo_gives_d5s_published_pretrain_and_finetune_commands_exactly(inv):
-    """SOURCES.md §3: the D5 command lines, flag by flag; the inconsistent token-label size is
+    """recipes/SOURCES.md §3: the D5 command lines, flag by flag; the inconsistent token-label size is
     recorded as published and run as the token grid requires, and `inv show` says so."""
     result = inv("show", "volo", "--scale", "published", "--accelerator", "cuda", "--json")
     assert result.returncode == 0, result.stderr

@@ -50,7 +50,7 @@ TINY = {
     "contrastive_hidden_size": 32,
     "logit_scale_init_value": 2.6592,
 }
-# BridgeTower/bridgetower-large-itm-mlm-itc as SOURCES.md §4 describes it.
+# BridgeTower/bridgetower-large-itm-mlm-itc as recipes/SOURCES.md §4 describes it.
 LARGE = {
     "text_config": {
         "vocab_size": 50265,

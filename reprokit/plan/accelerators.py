@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reprokit.errors import ReprokitError
 from reprokit.layout import DOCKER
-from reprokit.plan.recipes import _format_errors
+from reprokit.plan.validation import one_line
 
 PROFILES_FILE = DOCKER / "accelerators.yaml"
 BASES_FILE = DOCKER / "bases.yaml"
@@ -178,7 +178,7 @@ def _load(path: Path, model: type[BaseModel], what: str) -> dict[str, Any]:
         try:
             result[name] = model.model_validate({"name": name, **(body or {})})
         except ValidationError as exc:
-            raise ReprokitError(_format_errors(f"{path} ({name})", exc)) from None
+            raise ReprokitError(one_line(f"{path} ({name})", exc)) from None
     return result
 
 

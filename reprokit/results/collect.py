@@ -16,11 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reprokit.plan import accelerators
-from reprokit.results import verdicts, records
-from reprokit.run import rundirs, session
 from reprokit.errors import ReprokitError
-
+from reprokit.plan import accelerators
+from reprokit.results import records, verdicts
+from reprokit.run import rundirs, session
 
 COLUMNS = [
     "recipe",
@@ -90,11 +89,6 @@ def run_dirs(session_dir: Path) -> list[Path]:
     if not runs.is_dir():
         return []
     return sorted(p for p in runs.iterdir() if (p / rundirs.FILES["cell"]).exists() or (p / rundirs.FILES["summary"]).exists())
-
-
-def session_plan(session_dir: Path) -> dict[str, Any]:
-    """The plan `inv reproduce` stored when the session started (empty for sessions without one)."""
-    return rundirs.read_json(session_dir / SESSION_FILE) or {}
 
 
 def _parse_time(text: Any) -> datetime | None:

@@ -9,15 +9,14 @@ again leaves the runs already there as they are.
 
 from __future__ import annotations
 
-from reprokit.run import rundirs
-
 import csv
 import json
 from pathlib import Path
 from typing import Any
 
-from reprokit.results import collect
 from reprokit.errors import ReprokitError
+from reprokit.results import collect
+from reprokit.run import rundirs
 
 EXPERIMENT = "reprokit"
 PARAM_LIMIT = 500  # MLflow's limit on a parameter's value

@@ -9,8 +9,6 @@ the `tensorboard` package is installed.
 
 from __future__ import annotations
 
-from reprokit.run import rundirs
-
 import csv
 import re
 import struct
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.results import verdicts
+from reprokit.run import rundirs
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"

@@ -15,12 +15,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reprokit.results import collect, verdicts, pages
+from reprokit.invocation import command
+from reprokit.plan.definitions import DEFINITIONS
+from reprokit.results import collect, pages, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.run import session
-from reprokit.invocation import command
-from reprokit.plan.definitions import DEFINITIONS
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",

@@ -1,4 +1,4 @@
-"""pycls's Vision Transformer, with the switches of Meta's ViT speedup ladder (SOURCES.md §2, §4).
+"""pycls's Vision Transformer, with the switches of Meta's ViT speedup ladder (recipes/SOURCES.md §2, §4).
 
 The architecture follows facebookresearch/pycls ``pycls/models/vit.py`` (patchify stem):
 
