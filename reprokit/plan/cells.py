@@ -63,6 +63,10 @@ class Cell:
     # and, for a variant beyond the publication, the published variant it is measured against.
     software: dict[str, str] = field(default_factory=dict)
     beyond: str | None = None
+    # The stack the publication ran (framework and library versions, GPU generation) and where that
+    # was read: the report prints it beside the versions the cell ran.
+    published_stack: dict[str, str] = field(default_factory=dict)
+    published_stack_source: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -224,6 +228,8 @@ def expand(
                 id_suffix=id_suffix,
                 software=recipe.expected_software(variant),
                 beyond=variant.beyond,
+                published_stack=dict(recipe.published_software.stack) if recipe.published_software else {},
+                published_stack_source=recipe.published_software.source if recipe.published_software else None,
             )
         )
     return _dependency_order(cells)

@@ -50,6 +50,8 @@ class CellRecord(Record):
     kit_revision: str | None = None
     software: dict[str, str] = Field(default_factory=dict)
     beyond: str | None = None
+    published_stack: dict[str, str] = Field(default_factory=dict)
+    published_stack_source: str | None = None
 
 
 class SysInfo(Record):

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reprokit.results import collect, verdicts, pages
+from reprokit.results import collect, verdicts, pages, stacks
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.plan.definitions import DEFINITIONS
@@ -270,6 +270,7 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         if assumptions:
             out.append(Block("p", "The verdicts rest on these readings of the publication:"))
             out += [Block("note", text) for text in assumptions]
+        out += stacks.blocks(rows)
         for plot in plots:
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
