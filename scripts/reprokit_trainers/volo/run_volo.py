@@ -6,7 +6,11 @@ epochs at ``--min_lr``, stochastic depth, mixed precision (apex O1 there, torch.
 smoothing 0.1, RandAugment ``rand-m9-mstd0.5-inc1`` + random erasing 0.25, no MixUp/CutMix, and
 token labeling: dense top-5 score maps cropped with each image (RoIAlign), MixToken in the model,
 loss = 1.0 x class CE + 0.5 x token CE. Finetuning at a higher resolution loads the 224 checkpoint
-with its position embedding interpolated to the new token grid (``--finetune``).
+with its position embedding interpolated to the new token grid (``--finetune``). By default it runs
+the publication's kernels (sail-sg/volo's three-op attention, the per-tensor AdamW of torch <= 1.10,
+one gradient all-reduce after backward as Apex's DDP) and records those that ran in summary.json's
+``software``; ``--attention sdpa``, ``--optimizer_impl foreach|fused`` and ``--ddp_schedule overlap``
+go beyond the publication (README.md, *Published software*).
 
     python -m reprokit_trainers.volo --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
         --per_device_train_batch_size 128 --lr 1.6e-3 --drop_path 0.1 --amp fp16 --token_label_size 14
@@ -743,9 +747,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model_args, data_args, train_args, device_args = parse_args(argv)
     tf32 = loop.set_tf32(PROG, device_args.tf32)
 
-    # 2. Join the process group (torchrun's; a process started alone trains without one)
+    # 2. Join the process group: torchrun's, or alone a 1-rank group, so that DDP wraps the model and
+    # runs its all-reduce schedule as on 8 devices
     device = accelerator_device()
-    # Alone, a 1-rank group: DDP wraps the model and runs its all-reduce schedule as on 8 devices.
     rank, world = init_process_group(device, single_process_group=True)
 
     # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
