@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reprokit.plan import accelerators
-from reprokit.results import verdicts, records
-from reprokit.run import rundirs
 from reprokit.errors import ReprokitError
+from reprokit.plan import accelerators
+from reprokit.results import records, verdicts
+from reprokit.run import rundirs
 
 SESSION_FILE = "session.json"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reprokit.results import collect
 from reprokit.errors import ReprokitError
+from reprokit.results import collect
 
 EXPERIMENT = "reprokit"
 PARAM_LIMIT = 500  # MLflow's limit on a parameter's value

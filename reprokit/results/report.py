@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reprokit.results import collect, verdicts, pages, stacks
+from reprokit.plan.definitions import DEFINITIONS
+from reprokit.results import collect, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
-from reprokit.plan.definitions import DEFINITIONS
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",

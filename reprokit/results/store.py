@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reprokit.run import rundirs
 from reprokit.errors import ReprokitError
+from reprokit.run import rundirs
 
 SESSION_FILE = "session.json"
 

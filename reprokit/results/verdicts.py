@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reprokit.results.records import QUALITY, THROUGHPUT, Departure, RunRecord
 from reprokit.plan.definitions import DEFINITIONS, LENGTH_DEPENDENT
+from reprokit.results.records import QUALITY, THROUGHPUT, Departure, RunRecord
 
 # Verdicts, in the words every output uses.
 REPRODUCED, FASTER, SLOWER = "reproduced", "faster", "slower"
