@@ -11,7 +11,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
   `reprokit` (which must not import torch).
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
-flops_per_sample) and the model FLOPs utilization the published figures imply.
+flops_per_sample) and the model FLOPs utilization the published figures imply, and times VOLO's
+published kernels against those beyond the publication on one core (volo_kernels.py).
 
 The GPU suite (gpu.py) runs the recipes' published cells on one GPU for a few dozen steps through
 the kit's local runtime and reads their summary.json: nothing there is estimated.
@@ -305,7 +306,14 @@ def main() -> None:
         counted,
         "FLOPs per training sample (counted on the meta device) and the MFU the published figures imply",
     )
-    print(f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')} and {_write(counted, 'flops')}")
+    from benchmarks import volo_kernels
+
+    kernels = volo_kernels.measure()
+    _print(kernels, "VOLO: the publication's kernels and those beyond it (ms, one core)")
+    print(
+        f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')}, {_write(counted, 'flops')} "
+        f"and {_write(kernels, 'volo-kernels')}"
+    )
     by_name = {r["name"]: r for r in rows if r["workers"] == 0}
     for name in ("kit", "kit-draft"):
         r = by_name[name]

@@ -99,3 +99,16 @@ def test_a_bench_gpu_row_takes_the_reference_of_the_device_that_ran_under_its_de
     # A shortened run on synthetic data and random weights is measured, never given a verdict.
     assert row["verdict"].startswith("not comparable (")
     assert "shortened run (max_steps 30)" in row["verdict"]
+
+
+def test_the_volo_kernel_table_times_the_trainers_own_kernels_under_their_recorded_names():
+    from benchmarks import volo_kernels
+
+    rows = volo_kernels.measure(repeats=1, tokens=(16,))
+    assert [(r["published"], r["beyond"].split("-")[0]) for r in rows] == [
+        ("math", "sdpa"),
+        ("adamw-per-tensor", "adamw"),
+        ("adamw-per-tensor", "adamw"),
+    ]
+    assert [r["beyond"] for r in rows[1:]] == ["adamw-foreach", "adamw-fused"]
+    assert all(r["published_ms"] > 0 and r["beyond_ms"] > 0 for r in rows)

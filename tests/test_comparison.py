@@ -237,3 +237,30 @@ def test_a_recipe_names_only_known_software_and_published_variants(recipe_file, 
 
     with pytest.raises(ReprokitError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         recipes.load(str(recipe_file(change)))
+
+
+def test_the_report_prints_the_publications_stack_beside_the_one_the_cells_ran(tmp_path):
+    from reprokit.results import pages, stacks
+
+    cell = cells.expand(recipes.load("volo"), "volo", "cuda", "published", ["pretrain-d5"], devices=8)[0]
+    assert cell.published_stack["timm"].startswith("0.4.5") and "sail-sg/volo" in cell.published_stack_source
+    run_dir = _run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=480.0, whole=400.0), world=8)
+    versions = {"torch": "2.14.1", "timm": "1.0.15", "nvidia-dali-cuda120": None}
+    (run_dir / "sysinfo.json").write_text(
+        json.dumps({"device_name": "NVIDIA H100 80GB HBM3", "world_size": 8, "versions": versions})
+    )
+    table = {name: ran for name, _, ran in stacks.stack_table([collect.row(run_dir)])[1]}
+    # What the run recorded, matched by name; the GPU is the device; a product by the package that carries it.
+    assert table["torch"] == "2.14.1" and table["timm"] == "1.0.15"
+    assert table["gpu"] == "NVIDIA H100 80GB HBM3" and table["dali"] == "not installed"
+    assert table["apex"] == "-"  # the trainers do not record Apex: nothing is claimed
+    page = pages.markdown(stacks.blocks([collect.row(run_dir)]))
+    assert "| timm | 0.4.5 (sail-sg/volo README, TokenLabeling requirements.txt) | 1.0.15 |" in page
+
+
+def test_a_recipe_without_a_published_stack_adds_nothing_to_the_report(tmp_path, recipe_file):
+    from reprokit.results import stacks
+
+    cell = _cell_of(recipe_file(drop=("published_software",)), "workers2")
+    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(90.0, 74.0)))
+    assert row["published_stack"] == {} and stacks.blocks([row]) == []

@@ -132,6 +132,7 @@ def test_token_labels_are_cropped_and_flipped_with_their_images(tmp_path):
                 num_classes,
                 tokens,
                 0.0,
+                box="corrected",  # the image's own geometry (the published box swaps x and y)
             )
             top = targets.dense.argmax(-1)  # [B, tokens^2]: the map cell each token's target comes from
             patch = size // tokens

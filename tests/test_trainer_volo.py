@@ -176,7 +176,15 @@ def test_targets_are_the_label_map_cropped_and_flipped_like_the_image():
     boxes = torch.tensor([[0.0, 0.0, 0.4, 1.0], [0.6, 0.2, 1.0, 0.8], [0.0, 0.0, 0.4, 1.0]])
     flipped = torch.tensor([False, False, True])
     targets = tokenlabel.build_token_targets(
-        maps, boxes, flipped, torch.tensor([3, 7, 3]), 10, label_size=14, smoothing=0.1
+        maps,
+        boxes,
+        flipped,
+        torch.tensor([3, 7, 3]),
+        10,
+        label_size=14,
+        smoothing=0.1,
+        box="corrected",
+        smoothing_form="convex",
     )
     assert (
         targets.dense.shape == (3, 196, 10) and targets.cls.shape == (3, 10) and targets.gt.shape == (3, 10)
@@ -201,9 +209,34 @@ def test_a_box_across_the_border_splits_the_token_labels():
         torch.tensor([3]),
         10,
         label_size=4,
+        box="corrected",
     )
     grid = targets.dense[0].argmax(-1).view(4, 4)
     assert (grid[:, :2] == 3).all() and (grid[:, 2:] == 7).all()
+
+
+def test_the_published_box_crops_the_label_map_with_x_and_y_swapped():
+    # The top 40% of the image, full width: the left half is class 3, the right half class 7.
+    maps, box = halves_label_map().unsqueeze(0), torch.tensor([[0.0, 0.0, 1.0, 0.4]])
+    args = (maps, box, torch.tensor([False]), torch.tensor([3]), 10)
+    corrected = (
+        tokenlabel.build_token_targets(*args, label_size=4, box="corrected").dense[0].argmax(-1).view(4, 4)
+    )
+    published = tokenlabel.build_token_targets(*args, label_size=4).dense[0].argmax(-1).view(4, 4)
+    assert (corrected[:, :2] == 3).all() and (corrected[:, 2:] == 7).all()
+    # The toolbox hands RoIAlign (top, left, bottom, right) as (x1, y1, x2, y2): the left 40%, all rows.
+    assert (published == 3).all()
+
+
+def test_the_published_smoothing_adds_s_over_c_to_a_smoothed_distribution():
+    maps = halves_label_map().unsqueeze(0)
+    args = (maps, torch.tensor([[0.0, 0.0, 1.0, 1.0]]), torch.tensor([False]), torch.tensor([3]), 10)
+    published = tokenlabel.build_token_targets(*args, label_size=2, smoothing=0.1)
+    convex = tokenlabel.build_token_targets(*args, label_size=2, smoothing=0.1, smoothing_form="convex")
+    # p (1 - s + s/C) + s/C: the one-hot formula on a soft target sums to 1 + s/C, not 1.
+    assert torch.allclose(published.dense.sum(-1), torch.full((1, 4), 1.01))
+    assert torch.allclose(convex.dense.sum(-1), torch.ones(1, 4))
+    assert torch.allclose(published.dense - convex.dense, convex.dense.sub(0.01).div(0.9) * 0.01, atol=1e-6)
 
 
 def test_token_label_size_must_be_the_token_grid():
@@ -455,6 +488,16 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
         {"reason": "synthetic data", "kind": "throughput"},
         {"reason": "synthetic token labels (no NFNet-F6 label maps given)", "kind": "throughput"},
     ]
+    # The kernels that ran, read back from the modules, the optimizer and DDP: the publication's.
+    assert pretrain["software"] == {
+        "attention": "math",
+        "optimizer": "adamw-per-tensor",
+        "ddp": "allreduce-after-backward",
+        "tf32": "not used (cpu)" if not torch.cuda.is_available() else pretrain["software"]["tf32"],
+        "mixed_precision": "fp32",
+        "data_path": "pil-workers",
+    }
+    assert pretrain["ddp_buckets"] == 1 and pretrain["token_label_box"] == "toolbox"
     assert pretrain["throughput"]["after_warmup"]["value"] > 0
     assert pretrain["flops_per_sample"] > 0
     if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
@@ -504,6 +547,40 @@ def test_two_processes_train_with_ddp_on_gloo(tmp_path):
     summary = train(tmp_path / "ddp", "--img_size", "64", "--max_steps", "3", launcher=launcher)
     assert summary["world_size"] == 2 and summary["global_batch_size"] == 4
     assert summary["samples"] == 3 * 4
+    # Apex's delay_allreduce, emulated: every gradient in one bucket, reduced once backward is done.
+    assert summary["software"]["ddp"] == "allreduce-after-backward" and summary["ddp_buckets"] == 1
+
+
+@pytest.mark.slow
+def test_kernels_beyond_the_publication_are_recorded_as_they_ran(tmp_path):
+    summary = train(
+        tmp_path / "beyond", "--img_size", "64", "--max_steps", "3", "--attention", "sdpa",
+        "--optimizer_impl", "foreach", "--ddp_schedule", "overlap", "--token_label_box", "corrected",
+    )  # fmt: skip
+    software = summary["software"]
+    # SDPA names the backend torch dispatched (flash on this CPU; efficient or cudnn on GPUs).
+    assert software["attention"].startswith("sdpa") and software["optimizer"] == "adamw-foreach"
+    # The tiny model's 1.4 MiB of gradients: DDP's 1 MiB first bucket, then the rest.
+    assert software["ddp"] == "overlap" and summary["ddp_buckets"] == 2
+    # The corrected box changes what the model learns, not the speed: beside the verdict.
+    assert {
+        "reason": "token-label crop box corrected, where the published runs used the toolbox's (x and y swapped)",
+        "kind": "quality",
+    } in summary["departures"]
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--attention", "flash"), ("--optimizer_impl", "apex_fused"), ("--ddp_schedule", "delayed")],
+)
+def test_a_kernel_the_trainer_does_not_have_is_one_line_and_no_run(tmp_path, flag, value):
+    result = subprocess.run(
+        [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), flag, value],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"run_volo.py: error: {flag}")
+    assert not (tmp_path / "run").exists()
 
 
 def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():

@@ -66,6 +66,10 @@ class Cell:
     # The trainer's argument roles (its schema's): which arguments are the batch, the workers, the step
     # cap and the switches it records; results read them from cell.json, knowing no trainer.
     roles: dict[str, Any] = field(default_factory=dict)
+    # The stack the publication ran (framework and library versions, GPU generation) and where that
+    # was read: the report prints it beside the versions the cell ran.
+    published_stack: dict[str, str] = field(default_factory=dict)
+    published_stack_source: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -228,6 +232,8 @@ def expand(
                 software=recipe.expected_software(variant, profile.name),
                 beyond=variant.beyond,
                 roles=arguments.roles(recipe.trainer),
+                published_stack=dict(recipe.published_software.stack) if recipe.published_software else {},
+                published_stack_source=recipe.published_software.source if recipe.published_software else None,
             )
         )
     return _dependency_order(cells)

@@ -210,6 +210,9 @@ def row(run_dir: Path) -> dict[str, Any]:
         "beyond": cell.beyond,
         "software": summary.software if summary else {},
         "software_published": cell.software,
+        "published_stack": cell.published_stack,
+        "published_stack_source": cell.published_stack_source,
+        "versions": sysinfo.versions,
         "log_tail": extra.get("log_tail") if not ok else None,
         "run_dir": run_dir.name,
     }

@@ -54,6 +54,8 @@ class CellRecord(Record):
     software: dict[str, str] = Field(default_factory=dict)
     beyond: str | None = None
     roles: dict[str, Any] = Field(default_factory=dict)
+    published_stack: dict[str, str] = Field(default_factory=dict)
+    published_stack_source: str | None = None
 
 
 class SysInfo(Record):

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from reprokit.invocation import command
 from reprokit.plan.definitions import DEFINITIONS
-from reprokit.results import collect, pages, verdicts
+from reprokit.results import collect, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.run import session
@@ -272,6 +272,7 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         if assumptions:
             out.append(Block("p", "The verdicts rest on these readings of the publication:"))
             out += [Block("note", text) for text in assumptions]
+        out += stacks.blocks(rows)
         for plot in plots:
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]

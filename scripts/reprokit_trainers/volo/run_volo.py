@@ -6,7 +6,11 @@ epochs at ``--min_lr``, stochastic depth, mixed precision (apex O1 there, torch.
 smoothing 0.1, RandAugment ``rand-m9-mstd0.5-inc1`` + random erasing 0.25, no MixUp/CutMix, and
 token labeling: dense top-5 score maps cropped with each image (RoIAlign), MixToken in the model,
 loss = 1.0 x class CE + 0.5 x token CE. Finetuning at a higher resolution loads the 224 checkpoint
-with its position embedding interpolated to the new token grid (``--finetune``).
+with its position embedding interpolated to the new token grid (``--finetune``). By default it runs
+the publication's kernels (sail-sg/volo's three-op attention, the per-tensor AdamW of torch <= 1.10,
+one gradient all-reduce after backward as Apex's DDP) and records those that ran in summary.json's
+``software``; ``--attention sdpa``, ``--optimizer_impl foreach|fused`` and ``--ddp_schedule overlap``
+go beyond the publication (README.md, *Published software*).
 
     python -m reprokit_trainers.volo --output_dir out --model_name_or_path volo_d1_224 --img_size 224 \\
         --per_device_train_batch_size 128 --lr 1.6e-3 --drop_path 0.1 --amp fp16 --token_label_size 14
@@ -37,7 +41,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet, loop, randaugment
+from reprokit_trainers.common import flops, imagenet, loop, randaugment, software
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import accelerator_device, init_process_group, is_main_process, log
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
@@ -62,6 +66,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 PROG = "run_volo.py"  # the name errors and sysinfo.json give
 LOADERS = ("torch", "gpu_decode", "dali")
+# AdamW's kernels (torch's flags for each), and the gradient all-reduce schedules: the first of each
+# is the publication's (timm 0.4 on torch <= 1.10; Apex DDP(delay_allreduce=True)).
+OPTIMIZER_IMPLS = {"per_tensor": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+DDP_SCHEDULES = ("after_backward", "overlap")
 
 
 @dataclass
@@ -90,6 +98,13 @@ class ModelArguments:
             "help": "published --finetune: a checkpoint file, or a run directory holding checkpoint/model.pt"
         },
     )
+    attention: str = field(
+        default="math",
+        metadata={
+            "help": "the transformer blocks' attention: math (q@k^T, softmax, @v, as sail-sg/volo) or sdpa "
+            "(fused, beyond the publication)"
+        },
+    )
 
 
 @dataclass
@@ -106,6 +121,19 @@ class DataArguments(imagenet.ImageNetArguments):
     )
     token_label_size: int | None = field(
         default=None, metadata={"help": "published --token-label-size; must be img_size / 16 (default: that)"}
+    )
+    token_label_box: str = field(
+        default="toolbox",
+        metadata={
+            "help": "the crop box RoIAlign cuts the label maps with: toolbox (x and y swapped, as published) "
+            "or corrected"
+        },
+    )
+    token_label_smoothing: str = field(
+        default="toolbox",
+        metadata={
+            "help": "smoothing of soft targets: toolbox, p(1-s+s/C)+s/C as published, or convex, p(1-s)+s/C"
+        },
     )
     loader: str = field(
         default="torch",
@@ -168,6 +196,20 @@ class TrainArguments:
     apex_amp: bool = field(
         default=False, metadata={"help": "published --apex-amp: mapped to torch.amp fp16 + GradScaler"}
     )
+    optimizer_impl: str = field(
+        default="per_tensor",
+        metadata={
+            "help": "AdamW's kernels: per_tensor (a loop over the tensors, as timm 0.4 on torch <= 1.10), "
+            "foreach or fused (beyond the publication)"
+        },
+    )
+    ddp_schedule: str = field(
+        default="after_backward",
+        metadata={
+            "help": "gradient all-reduce: after_backward (one bucket once backward is done, as Apex "
+            "DDP(delay_allreduce=True)) or overlap (torch DDP's buckets during backward, beyond the publication)"
+        },
+    )
     clip_grad: float | None = field(default=None)
     max_steps: int = field(
         default=-1, metadata={"help": "stop after this many steps (smoke runs, benchmarks)"}
@@ -202,7 +244,10 @@ def parse_model_name(name: str) -> tuple[str, int | None]:
 
 
 def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """timm's VOLO with the transformer blocks' attention kernel as ``--attention`` says."""
     from timm.models.volo import VOLO
+
+    from .attention import use_attention
 
     family, _ = parse_model_name(args.model_name_or_path)
     architecture = dict(ARCHITECTURES[family])
@@ -212,6 +257,7 @@ def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, d
     model = VOLO(
         img_size=img_size, num_classes=args.num_classes, drop_path_rate=args.drop_path, **architecture
     )
+    use_attention(model, args.attention)
     return model, architecture
 
 
@@ -388,6 +434,78 @@ def check_loader(loader: str) -> None:
 # Training
 
 
+def check_kernels(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments) -> None:
+    """One-line errors for kernel and token-label choices the trainer does not have."""
+    from .attention import ATTENTION
+
+    for flag, value, known in (
+        ("--attention", model_args.attention, ATTENTION),
+        ("--optimizer_impl", train_args.optimizer_impl, tuple(OPTIMIZER_IMPLS)),
+        ("--ddp_schedule", train_args.ddp_schedule, DDP_SCHEDULES),
+        ("--token_label_box", data_args.token_label_box, tokenlabel.BOXES),
+        ("--token_label_smoothing", data_args.token_label_smoothing, tokenlabel.SMOOTHING),
+    ):
+        if value not in known:
+            raise ValueError(f"{flag} {value}: choose one of {', '.join(known)}")
+
+
+def build_optimizer(model: torch.nn.Module, train_args: TrainArguments, lr: float) -> torch.optim.Optimizer:
+    """timm's AdamW factory, as main.py: no weight decay on biases, norms, pos_embed and cls_token;
+    its kernels as ``--optimizer_impl`` says (timm 0.4 on torch <= 1.10 stepped tensor by tensor)."""
+    from timm.optim import create_optimizer_v2
+
+    return create_optimizer_v2(
+        model,
+        opt="adamw",
+        lr=lr,
+        weight_decay=train_args.weight_decay,
+        eps=train_args.opt_eps,
+        **OPTIMIZER_IMPLS[train_args.optimizer_impl],
+    )
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, train_args: TrainArguments) -> tuple[Any, int]:
+    """main.py's schedule and its length in epochs: stepped once per epoch (t_in_epochs), warmup
+    epochs from warmup_lr, cosine to min_lr over ``epochs``, then ``cooldown_epochs`` at min_lr
+    (timm's create_scheduler adds them)."""
+    from timm.scheduler import CosineLRScheduler
+
+    scheduler = CosineLRScheduler(
+        optimizer,
+        t_initial=train_args.epochs,
+        lr_min=train_args.min_lr,
+        warmup_t=train_args.warmup_epochs,
+        warmup_lr_init=train_args.warmup_lr,
+        cycle_limit=1,
+        t_in_epochs=True,
+    )
+    return scheduler, train_args.epochs + train_args.cooldown_epochs
+
+
+def data_parallel(forward: torch.nn.Module, schedule: str, device: torch.device) -> torch.nn.Module:
+    """torch DDP with the gradient all-reduce ``schedule``. after_backward is Apex's
+    ``DDP(delay_allreduce=True)`` (not installable on today's bases) emulated: one bucket large
+    enough for every gradient, so DDP reduces it once, when the last gradient of backward is ready,
+    with nothing left to overlap. overlap is torch DDP's default buckets (25 MiB, reduced while
+    backward goes on)."""
+    if not dist.is_initialized():
+        return forward
+    cap = software.one_bucket_mb(forward) if schedule == "after_backward" else None
+    return torch.nn.parallel.DistributedDataParallel(
+        forward, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=cap
+    )
+
+
+def data_path(run: Setup) -> str:
+    """The loader that ran, from what was built: Pillow in DataLoader workers (main.py's), nvJPEG on
+    the device, or a DALI pipeline."""
+    if run.gpu_decode is not None:
+        return "gpu-decode"
+    if "dali_device" in run.data_info:
+        return "dali"
+    return "pil-workers"
+
+
 def amp_settings(train_args: TrainArguments) -> tuple[str, torch.dtype | None]:
     mode = train_args.amp or ("fp16" if train_args.apex_amp else "no")
     if mode not in ("bf16", "fp16", "no"):
@@ -427,6 +545,7 @@ def setup(
         raise ValueError("run_volo.py trains with token labeling only, as every published VOLO command does")
     check_augmentation(data_args)
     check_loader(data_args.loader)
+    check_kernels(model_args, data_args, train_args)
     amp_mode, amp_dtype = amp_settings(train_args)
     random.seed(train_args.seed + rank)
     np.random.seed(train_args.seed + rank)
@@ -463,6 +582,16 @@ def setup(
     )
 
 
+@dataclass
+class Trained:
+    """What the loop did: steps, epochs scheduled, and the software it ran, read back at the end."""
+
+    steps: int
+    epochs: int
+    software: dict[str, str]
+    ddp_buckets: int | None
+
+
 def train_loop(
     run: Setup,
     data_args: DataArguments,
@@ -471,36 +600,19 @@ def train_loop(
     device: torch.device,
     rank: int,
     logger: StepLogger,
-) -> tuple[int, int]:
-    """Train until max_steps or the end of the schedule; returns (steps, epochs scheduled)."""
-    from timm.optim import create_optimizer_v2
-    from timm.scheduler import CosineLRScheduler
+) -> Trained:
+    """Train until max_steps or the end of the schedule."""
+    from .attention import attention_ran
 
     model = run.model.to(device)
-    forward: torch.nn.Module = tokenlabel.MixTokenForward(
-        model, train_args.mix_token, seed=train_args.seed + rank
+    forward = data_parallel(
+        tokenlabel.MixTokenForward(model, train_args.mix_token, seed=train_args.seed + rank),
+        train_args.ddp_schedule,
+        device,
     )
-    if dist.is_initialized():
-        forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[device.index] if device.type == "cuda" else None
-        )
     forward.train()
-    # timm's AdamW factory, as main.py: no weight decay on biases, norms, pos_embed and cls_token.
-    optimizer = create_optimizer_v2(
-        model, opt="adamw", lr=lr, weight_decay=train_args.weight_decay, eps=train_args.opt_eps
-    )
-    # Stepped once per epoch (t_in_epochs), like main.py: warmup epochs from warmup_lr, cosine to
-    # min_lr over `epochs`, then `cooldown_epochs` at min_lr (timm's create_scheduler adds them).
-    scheduler = CosineLRScheduler(
-        optimizer,
-        t_initial=train_args.epochs,
-        lr_min=train_args.min_lr,
-        warmup_t=train_args.warmup_epochs,
-        warmup_lr_init=train_args.warmup_lr,
-        cycle_limit=1,
-        t_in_epochs=True,
-    )
-    total_epochs = train_args.epochs + train_args.cooldown_epochs
+    optimizer = build_optimizer(model, train_args, lr)
+    scheduler, total_epochs = build_scheduler(optimizer, train_args)
     scaler = torch.amp.GradScaler(device.type, enabled=run.amp_mode == "fp16")
     autocast = (
         torch.autocast(device.type, dtype=run.amp_dtype) if run.amp_dtype is not None else nullcontext()
@@ -533,6 +645,8 @@ def train_loop(
                 num_classes,
                 run.label_size,
                 train_args.smoothing,
+                box=data_args.token_label_box,
+                smoothing_form=data_args.token_label_smoothing,
             )
             with autocast:
                 cls_logits, dense_logits, box = forward(images)
@@ -553,7 +667,15 @@ def train_loop(
                 break
         epoch += 1
         scheduler.step(epoch)
-    return step, total_epochs
+    ran = {
+        "attention": attention_ran(model),
+        "optimizer": software.optimizer(optimizer),
+        "ddp": software.ddp(forward),
+        "tf32": software.tf32(device),
+        "mixed_precision": software.mixed_precision(run.amp_dtype, scaler),
+        "data_path": data_path(run),
+    }
+    return Trained(step, total_epochs, ran, software.ddp_buckets(forward))
 
 
 def planned_steps(train_args: TrainArguments, steps_per_epoch: int) -> int:
@@ -607,6 +729,16 @@ def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> 
         run_dir.depart(finetuned_from, QUALITY)
     for reason in getattr(run.loader, "departures", ()):  # what the DALI loader does unlike timm
         run_dir.depart(reason, THROUGHPUT)
+    # The toolbox's choices change the targets the model learns from, not the cost of a step.
+    if data_args.token_label_box != "toolbox":
+        run_dir.depart(
+            "token-label crop box corrected, where the published runs used the toolbox's (x and y swapped)",
+            QUALITY,
+        )
+    if data_args.token_label_smoothing != "toolbox":
+        run_dir.depart(
+            "token targets smoothed as a convex mix, where the toolbox smooths p(1-s+s/C)+s/C", QUALITY
+        )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -615,9 +747,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model_args, data_args, train_args, device_args = parse_args(argv)
     tf32 = loop.set_tf32(PROG, device_args.tf32)
 
-    # 2. Join the process group (torchrun's; a process started alone trains without one)
+    # 2. Join the process group: torchrun's, or alone a 1-rank group, so that DDP wraps the model and
+    # runs its all-reduce schedule as on 8 devices
     device = accelerator_device()
-    rank, world = init_process_group(device)
+    rank, world = init_process_group(device, single_process_group=True)
 
     # 3. Check the configuration, build the model and the data (problems: one line, nothing started)
     with one_line_errors(PROG, ValueError, FileNotFoundError, json.JSONDecodeError):
@@ -637,7 +770,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         f"{model_args.model_name_or_path} at {run.img_size}px ({parameters / 1e6:.2f}M parameters), token labels "
         f"{run.label_size}x{run.label_size}, batch {per_device} x {world} = {global_batch}, lr {lr:.3g} "
         f"(= lr_base {lr * 1024 / global_batch:.3g} x {global_batch}/1024), amp {run.amp_mode}, "
-        f"tf32 {tf32['tf32_matmul']}, data {run.data_info['data']}, loader {data_args.loader}"
+        f"tf32 {tf32['tf32_matmul']}, data {run.data_info['data']}, loader {data_args.loader}, attention "
+        f"{model_args.attention}, AdamW {train_args.optimizer_impl}, all-reduce {train_args.ddp_schedule}"
     )
     if run.finetuned:
         log(
@@ -657,7 +791,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(run.loader)),
     )
-    steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    trained = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
     switches: dict[str, Any] = {
         "loader": data_args.loader,
@@ -669,7 +803,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         switches["gpu_decode_cpu_fallbacks"] = sum_over_ranks(run.gpu_decode.cpu_fallbacks, device)
 
     # 7. Save the weights (what --finetune reads)
-    checkpoint = save_checkpoint(run, model_args, train_args, steps) if train_args.save_checkpoint else None
+    checkpoint = (
+        save_checkpoint(run, model_args, train_args, trained.steps) if train_args.save_checkpoint else None
+    )
 
     # 8. Write the summary, last
     return loop.finish(
@@ -690,8 +826,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         train_interpolation=data_args.train_interpolation,
         dataloader_num_workers=data_args.dataloader_num_workers,
         steps_per_epoch=len(run.loader),
-        epochs_scheduled=epochs,
+        epochs_scheduled=trained.epochs,
         checkpoint=str(checkpoint) if checkpoint else None,
+        # The kernels that ran (the host holds a published cell to its publication's), read back.
+        **software.summary_fields(**trained.software),
+        ddp_buckets=trained.ddp_buckets,
+        token_label_box=data_args.token_label_box,
+        token_label_smoothing=data_args.token_label_smoothing,
         **switches,
         **run.data_info,
         **run.finetuned,

@@ -9,6 +9,11 @@ What sail-sg/volo trains with (through the token-labeling toolbox, zihangJiang/T
   over the dense [classes, H, W] scores, to ``token_label_size`` x ``token_label_size`` (one target
   per output token) and to 1 x 1 (the target of the class token), then softmaxed over classes and
   label-smoothed. The toolbox does this on the GPU for the whole batch; so does ``build_token_targets``.
+  Two of the toolbox's choices are kept as published (``BOXES``, ``SMOOTHING``), each with the
+  alternative a user may pick: it hands RoIAlign the crop as (top, left, bottom, right) where
+  RoIAlign reads (x1, y1, x2, y2), so x and y are swapped, every coordinate scaled by the map's
+  width; and it smooths a soft target p as p (1 - s + s/C) + s/C, the one-hot formula applied to
+  a distribution (so it sums to 1 + s/C), where a convex mix would be p (1 - s) + s/C.
 - MixToken: inside the model, after the patch embedding; lam ~ Beta(1, 1), a box on the token grid
   is swapped with the batch flipped, the dense output is swapped back (un-mixed), so each token's
   target stays its own image's; the class target is mixed with lam = 1 - box area / tokens.
@@ -31,6 +36,11 @@ from torch import nn
 
 TOKEN_STRIDE = 16  # VOLO: patch embedding stride 8, then a 2x downsample before the transformer stage
 TOP_K = 5
+# The crop box handed to RoIAlign: the toolbox's (x and y swapped, as the published models trained),
+# or the image's own (x along the width).
+BOXES = ("toolbox", "corrected")
+# Label smoothing of the soft token targets: the toolbox's p (1 - s + s/C) + s/C, or the convex mix.
+SMOOTHING = ("toolbox", "convex")
 
 
 def token_grid(img_size: int) -> int:
@@ -125,6 +135,34 @@ def dense_score_maps(label_maps: torch.Tensor, num_classes: int) -> torch.Tensor
     return dense.scatter_(1, ids, scores)
 
 
+def roi_boxes(boxes: torch.Tensor, height: int, width: int, box: str = "toolbox") -> torch.Tensor:
+    """RoIAlign's (x1, y1, x2, y2) in map pixels for crop boxes given as (x0, y0, x1, y1) fractions.
+
+    ``toolbox``: as the token-labeling toolbox passes them (tlt/data/mixup.py, get_label): the crop
+    as (top, left, bottom, right), all four scaled by the map's width, so RoIAlign's x runs down the
+    image. ``corrected``: x along the width, y along the height. Both subtract 0.5 because RoIAlign
+    (aligned=False) puts pixel centres at integers.
+    """
+    if box == "toolbox":
+        return boxes[:, [1, 0, 3, 2]] * width - 0.5
+    if box == "corrected":
+        scale = torch.tensor([width, height, width, height], device=boxes.device, dtype=boxes.dtype)
+        return boxes * scale - 0.5
+    raise ValueError(f"--token_label_box {box}: choose one of {', '.join(BOXES)}")
+
+
+def smooth_soft(
+    target: torch.Tensor, smoothing: float, num_classes: int, form: str = "toolbox"
+) -> torch.Tensor:
+    """Label smoothing of a soft target: the toolbox's on/off form, or the convex mix."""
+    off = smoothing / num_classes
+    if form == "toolbox":
+        return target * (1.0 - smoothing + off) + off
+    if form == "convex":
+        return target * (1.0 - smoothing) + off
+    raise ValueError(f"--token_label_smoothing {form}: choose one of {', '.join(SMOOTHING)}")
+
+
 def build_token_targets(
     label_maps: torch.Tensor,
     boxes: torch.Tensor,
@@ -133,24 +171,25 @@ def build_token_targets(
     num_classes: int,
     label_size: int,
     smoothing: float = 0.1,
+    box: str = "toolbox",
+    smoothing_form: str = "toolbox",
 ) -> TokenTargets:
     """Crop each image's score map like its image was cropped, and turn it into soft targets.
 
     ``boxes`` [B, 4] are (x0, y0, x1, y1) fractions of the (flipped) source image; the map is
     flipped the same way first. RoIAlign samples the dense scores inside the box onto the token
-    grid (``label_size``^2 targets) and into one bin (the class token's target).
+    grid (``label_size``^2 targets) and into one bin (the class token's target); ``box`` and
+    ``smoothing_form`` choose the toolbox's published behaviour or the corrected one.
     """
     from torchvision.ops import roi_align
 
     dense = dense_score_maps(label_maps, num_classes)
     dense = torch.where(flipped.view(-1, 1, 1, 1).to(dense.device), dense.flip(-1), dense)
     height, width = dense.shape[-2:]
-    scale = torch.tensor([width, height, width, height], device=dense.device, dtype=torch.float32)
-    # Box corners in map pixels; -0.5 because RoIAlign (aligned=False) puts pixel centers at integers.
     rois = torch.cat(
         [
             torch.arange(len(dense), device=dense.device, dtype=torch.float32).view(-1, 1),
-            boxes.to(dense.device) * scale - 0.5,
+            roi_boxes(boxes.to(dense.device, torch.float32), height, width, box),
         ],
         dim=1,
     )
@@ -158,12 +197,10 @@ def build_token_targets(
     whole = roi_align(dense, rois, output_size=(1, 1)).flatten(1)  # [B, C]
     tokens = tokens.flatten(2).transpose(1, 2).softmax(-1)  # [B, L*L, C]
     whole = whole.softmax(-1)
-    # Label smoothing as a convex mix with the uniform distribution, so each target sums to one.
-    uniform = smoothing / num_classes
     return TokenTargets(
         gt=smooth_one_hot(labels.to(dense.device), num_classes, smoothing),
-        cls=whole * (1.0 - smoothing) + uniform,
-        dense=tokens * (1.0 - smoothing) + uniform,
+        cls=smooth_soft(whole, smoothing, num_classes, smoothing_form),
+        dense=smooth_soft(tokens, smoothing, num_classes, smoothing_form),
     )
 
 

@@ -1,0 +1,55 @@
+"""summary.json's `software` block says what ran, in the words the recipes' published kernels use."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from reprokit.plan.recipes import SOFTWARE_KEYS  # noqa: E402
+from reprokit_trainers.common import software  # noqa: E402
+
+
+def test_the_trainers_keys_are_the_hosts():
+    assert software.KEYS == SOFTWARE_KEYS
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"foreach": False}, "adamw-per-tensor"),
+        ({"foreach": True}, "adamw-foreach"),
+        ({"fused": True}, "adamw-fused"),
+    ],
+)
+def test_the_optimizer_reads_as_the_kernels_it_steps_with(flags, expected):
+    optimizer = torch.optim.AdamW(torch.nn.Linear(3, 3).parameters(), **flags)
+    assert software.optimizer(optimizer) == expected
+
+
+def test_an_optimizer_left_to_torchs_default_reads_as_what_torch_picks_for_its_tensors():
+    # On CPU tensors torch steps tensor by tensor; on CUDA ones it would pick the multi-tensor kernels.
+    assert software.optimizer(torch.optim.AdamW(torch.nn.Linear(3, 3).parameters())) == "adamw-per-tensor"
+
+
+def test_precision_reads_as_the_autocast_dtype_and_the_loss_scaling():
+    assert software.mixed_precision(None) == "fp32"
+    assert software.mixed_precision(torch.bfloat16) == "bf16-autocast"
+    scaler = torch.amp.GradScaler("cpu", enabled=True)
+    assert software.mixed_precision(torch.float16, scaler) == "fp16-autocast+dynamic-loss-scale"
+
+
+def test_tf32_is_not_claimed_for_a_device_without_it():
+    assert software.tf32(torch.device("cpu")) == "not used (cpu)"
+
+
+def test_one_bucket_holds_every_gradient():
+    model = torch.nn.Linear(1024, 1024)  # 4 MiB of float32 weights
+    assert software.one_bucket_mb(model) * 2**20 >= sum(p.numel() * 4 for p in model.parameters())
+    assert software.ddp(model) == "none" and software.ddp_buckets(model) is None
+
+
+def test_the_summary_block_refuses_a_key_the_host_would_not_read():
+    assert software.summary_fields(attention="math", tf32=None) == {"software": {"attention": "math"}}
+    with pytest.raises(ValueError, match="unknown software key"):
+        software.summary_fields(attn="math")
