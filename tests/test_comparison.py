@@ -197,14 +197,14 @@ def test_a_published_cell_that_ran_its_publications_kernels_is_judged(tmp_path):
 def test_a_publication_that_ran_other_kernels_on_gaudi_holds_each_accelerators_cells_to_its_own(tmp_path):
     import yaml
 
-    path = _with_software(tmp_path, {"optimizer": "adamw per-tensor (transformers)", "attention": "math"})
+    path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor (transformers)", "attention": "math"})
     data = yaml.safe_load(path.read_text())
-    data["published_software"]["accelerators"] = {"gaudi2": {"optimizer": "fusedadamw fused (habana)"}}
+    data["published_software"]["accelerators"] = {"gaudi2": {"optimizer": "fusedadamw-fused (habana)"}}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     recipe = recipes.load(str(path))
     on = {a: cells.expand(recipe, str(path), a, "published", ["workers2"], devices=1)[0].software for a in ("cuda", "gaudi2")}
-    assert on["cuda"] == {"optimizer": "adamw per-tensor (transformers)", "attention": "math"}
-    assert on["gaudi2"] == {"optimizer": "fusedadamw fused (habana)", "attention": "math"}
+    assert on["cuda"] == {"optimizer": "adamw-per-tensor (transformers)", "attention": "math"}
+    assert on["gaudi2"] == {"optimizer": "fusedadamw-fused (habana)", "attention": "math"}
 
 
 def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_published_variant(tmp_path):

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from PIL import Image  # noqa: E402
 
 from reprokit_trainers.bridgetower import fastimage, run_bridgetower  # noqa: E402
-from reprokit_trainers.common import kernels  # noqa: E402
+from reprokit_trainers.common import software  # noqa: E402
 from tests.conformance.weights import deterministic_  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -107,7 +107,7 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     assert f"{type(optimizer).__module__}.{type(optimizer).__name__}" == golden["class"]
     groups = [{"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]} for g in optimizer.param_groups]
     assert groups == golden["param_groups"]
-    assert kernels.optimizer_kernel(optimizer) == "adamw per-tensor (transformers)"
+    assert software.optimizer(optimizer) == "adamw-per-tensor (transformers)"
 
 
 def test_the_published_gpu_cells_step_transformers_4_31s_default_optimizer(tmp_path):

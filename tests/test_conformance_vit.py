@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cv2")
 
-from reprokit_trainers.common import kernels  # noqa: E402
+from reprokit_trainers.common import software  # noqa: E402
 from reprokit_trainers.vit import model as vit_model  # noqa: E402
 from reprokit_trainers.vit import pycls_data, run_vit  # noqa: E402
 from tests.conformance.weights import canonical, deterministic_, images  # noqa: E402
@@ -63,7 +63,7 @@ def check_model(layout: str, classifier: str, label_smoothing: float = 0.1) -> N
     assert decay == golden["weight_decay"]
     args = run_vit.TrainArguments(output_dir="unused", optimizer_impl="foreach")
     optimizer = run_vit.build_optimizer(model, args, run_vit.precision("no"))
-    assert kernels.optimizer_kernel(optimizer) == "adamw foreach"  # pycls's OPTIM.MTA
+    assert software.optimizer(optimizer) == "adamw-foreach"  # pycls's OPTIM.MTA
     for group in optimizer.param_groups:
         group["lr"] = run_vit.pycls_lr(0, args)
     optimizer.step()

@@ -11,7 +11,7 @@ from reprokit_trainers.common import software  # noqa: E402
 
 
 def test_the_trainers_keys_are_the_hosts():
-    assert software.KEYS == SOFTWARE_KEYS
+    assert software.SOFTWARE_KEYS == SOFTWARE_KEYS
 
 
 @pytest.mark.parametrize(
@@ -32,15 +32,26 @@ def test_an_optimizer_left_to_torchs_default_reads_as_what_torch_picks_for_its_t
     assert software.optimizer(torch.optim.AdamW(torch.nn.Linear(3, 3).parameters())) == "adamw-per-tensor"
 
 
-def test_precision_reads_as_the_autocast_dtype_and_the_loss_scaling():
+def test_precision_reads_as_autocast_over_the_weights_or_the_dtype_the_model_computes_in():
     assert software.mixed_precision(None) == "fp32"
-    assert software.mixed_precision(torch.bfloat16) == "bf16-autocast"
-    scaler = torch.amp.GradScaler("cpu", enabled=True)
-    assert software.mixed_precision(torch.float16, scaler) == "fp16-autocast+dynamic-loss-scale"
+    assert software.mixed_precision(torch.bfloat16) == "amp-bf16"
+    assert software.mixed_precision(None, torch.float16) == "pure-fp16"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert software.precision_here("cpu", torch.float32) == "amp-bf16"
+    assert software.precision_here("cpu", torch.float32) == "fp32"
+
+
+def test_an_optimizer_in_a_wrapper_reads_as_the_one_that_steps():
+    class Wrapper:  # accelerate's AcceleratedOptimizer holds the real one in .optimizer
+        def __init__(self, inner):
+            self.optimizer = inner
+
+    inner = torch.optim.AdamW(torch.nn.Linear(3, 3).parameters(), foreach=True)
+    assert software.optimizer(Wrapper(inner)) == "adamw-foreach"
 
 
 def test_tf32_is_not_claimed_for_a_device_without_it():
-    assert software.tf32(torch.device("cpu")) == "not used (cpu)"
+    assert software.tf32("cpu") == "not used (cpu)"
 
 
 def test_one_bucket_holds_every_gradient():

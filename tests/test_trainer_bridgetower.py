@@ -157,7 +157,7 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     # transformers' own attention in the text layers, torch's MultiheadAttention (SDPA) in the vision's.
     assert summary["software"] == {
         "attention": "text math, vision sdpa-flash",
-        "optimizer": "adamw per-tensor (transformers)",
+        "optimizer": "adamw-per-tensor (transformers)",
         "ddp": "none",
         "tf32": summary["software"]["tf32"],
         "mixed_precision": "fp32",

@@ -492,7 +492,7 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     assert pretrain["software"] == {
         "attention": "math",
         "optimizer": "adamw-per-tensor",
-        "ddp": "allreduce-after-backward",
+        "ddp": "ddp-after-backward",
         "tf32": "not used (cpu)" if not torch.cuda.is_available() else pretrain["software"]["tf32"],
         "mixed_precision": "fp32",
         "data_path": "pil-workers",
@@ -548,7 +548,7 @@ def test_two_processes_train_with_ddp_on_gloo(tmp_path):
     assert summary["world_size"] == 2 and summary["global_batch_size"] == 4
     assert summary["samples"] == 3 * 4
     # Apex's delay_allreduce, emulated: every gradient in one bucket, reduced once backward is done.
-    assert summary["software"]["ddp"] == "allreduce-after-backward" and summary["ddp_buckets"] == 1
+    assert summary["software"]["ddp"] == "ddp-after-backward" and summary["ddp_buckets"] == 1
 
 
 @pytest.mark.slow
@@ -561,7 +561,7 @@ def test_kernels_beyond_the_publication_are_recorded_as_they_ran(tmp_path):
     # SDPA names the backend torch dispatched (flash on this CPU; efficient or cudnn on GPUs).
     assert software["attention"].startswith("sdpa") and software["optimizer"] == "adamw-foreach"
     # The tiny model's 1.4 MiB of gradients: DDP's 1 MiB first bucket, then the rest.
-    assert software["ddp"] == "overlap" and summary["ddp_buckets"] == 2
+    assert software["ddp"] == "ddp-overlap" and summary["ddp_buckets"] == 2
     # The corrected box changes what the model learns, not the speed: beside the verdict.
     assert {
         "reason": "token-label crop box corrected, where the published runs used the toolbox's (x and y swapped)",

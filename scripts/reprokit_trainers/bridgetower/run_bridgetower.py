@@ -57,7 +57,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import flops, kernels
+from reprokit_trainers.common import flops, software
 from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.synthetic import (
@@ -912,21 +912,21 @@ def record_departures(
             )
 
 
-def watch_attention(model: BridgeTowerForContrastiveLearning, dispatch: bool) -> dict[str, kernels.FirstCallWatch]:
+def watch_attention(model: BridgeTowerForContrastiveLearning, dispatch: bool) -> dict[str, software.FirstCallWatch]:
     """Watch the first training forward of the first text layer's attention (transformers' own:
     matmul, softmax, matmul) and of the first vision block's (torch's nn.MultiheadAttention); without
     ``dispatch``, only the mixed precision they run under."""
     towers = model.bridgetower
     return {
-        "text": kernels.FirstCallWatch(towers.text_model.encoder.layer[0].attention, dispatch),
-        "vision": kernels.FirstCallWatch(towers.vision_model.visual.transformer.resblocks[0].attn, dispatch),
+        "text": software.FirstCallWatch(towers.text_model.encoder.layer[0].attention, dispatch),
+        "vision": software.FirstCallWatch(towers.vision_model.visual.transformer.resblocks[0].attn, dispatch),
     }
 
 
 def software_in_effect(
-    trainer: Trainer, watches: dict[str, kernels.FirstCallWatch], switches: dict[str, Any], why_unread: str
+    trainer: Trainer, watches: dict[str, software.FirstCallWatch], switches: dict[str, Any], why_unread: str
 ) -> dict[str, str | None]:
-    """summary.json's software block, read back from what ran (common/kernels.py): the attention
+    """summary.json's software block, read back from what ran (common/software.py): the attention
     kernels and the mixed precision of the first forward, the optimizer the Trainer built, how
     gradients were reduced, TF32 as torch has it, and the image path in effect."""
     attention = mixed = f"not read ({why_unread})"
@@ -937,12 +937,12 @@ def software_in_effect(
     if switches["distribution_strategy"] == "fast_ddp":
         ddp = "fast_ddp"  # no DDP wrapper to read: optimum-habana reduces all gradients in one buffer
     else:
-        ddp = kernels.gradient_reduction(trainer.model_wrapped)
+        ddp = software.ddp(trainer.model_wrapped)
     return {
         "attention": attention,
-        "optimizer": kernels.optimizer_kernel(trainer.optimizer) if trainer.optimizer is not None else None,
+        "optimizer": software.optimizer(trainer.optimizer) if trainer.optimizer is not None else None,
         "ddp": ddp,
-        "tf32": kernels.tf32_in_effect(),
+        "tf32": software.tf32(trainer.args.device.type),
         "mixed_precision": mixed,
         "data_path": switches["image_pipeline"],
     }

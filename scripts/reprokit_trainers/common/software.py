@@ -1,79 +1,154 @@
-"""The software a run actually used, read back from the objects that ran: summary.json's ``software``.
+"""The software a run actually used, read back from what ran: summary.json's ``software``.
 
 A published cell is judged only if it ran its publication's kernels (the recipe's
-``published_software.kernels``); the host compares this record with them key by key, so each value
-here is read from what ran (the optimizer's resolved flags, torch's TF32 switches, the DDP
-reducer's buckets), never copied from the command line. The keys are the host's ``SOFTWARE_KEYS``
-(reprokit/plan/recipes.py; trainers do not import the host package): attention, optimizer, ddp,
-tf32, mixed_precision, data_path. This module reads the generic ones; a trainer adds what only it
-knows (which attention path its modules took, its loader).
+``published_software.kernels``); the host compares this record with them key by key, as text. So
+each value is read from the objects and the dispatcher that ran (the optimizer's resolved flags, the
+attention kernels dispatched in a real step, the DDP reducer's buckets, torch's TF32 switches, the
+autocast state where the model runs), never copied from the command line. The keys and the words of
+each value are the contract's (reprokit_trainers/contract.json, ``software_keys``):
 
-Values are short, stable words, because the host compares them as text with the recipe's:
-
-- ``optimizer``: ``<class>-<implementation>``, e.g. ``adamw-per-tensor`` (torch's loop over the
-  parameter tensors, what torch <= 1.10 ran), ``adamw-foreach`` (multi-tensor), ``adamw-fused``.
-- ``tf32``: ``on`` or ``off`` (matmuls and convolutions alike), ``matmul on, cudnn off`` (or the
-  reverse) when they differ, ``not used (cpu)`` where the device has no TF32.
-- ``mixed_precision``: ``fp32``, or ``<dtype>-autocast`` with ``+dynamic-loss-scale`` when a
-  GradScaler scales the loss.
-- ``ddp``: ``allreduce-after-backward`` (every gradient reduced in one bucket once backward is
-  done, what Apex ``DDP(delay_allreduce=True)`` did), ``overlap`` (several buckets reduced while
-  backward runs, torch DDP's default), ``none`` (no data-parallel wrapper).
+- ``attention``: ``math`` (batched matmul, softmax, batched matmul: torch 1.x's attention, and SDPA's
+  unfused fallback, which runs the same kernels) or the fused kernel (``sdpa-flash``,
+  ``sdpa-efficient``, ``sdpa-cudnn``, ``sdpa-fused``; ``sdpa`` where the backend cannot be read);
+- ``optimizer``: ``<class>-<implementation>``: ``adamw-per-tensor`` (a loop over the tensors),
+  ``adamw-foreach`` (multi-tensor kernels), ``adamw-fused``; transformers' and Habana's own classes
+  say so in brackets (``adamw-per-tensor (transformers)``, ``fusedadamw-fused (habana)``);
+- ``ddp``: ``none``, ``ddp-overlap`` (several buckets all-reduced while backward runs: torch DDP's
+  default), ``ddp-after-backward`` (one bucket, reduced once backward is done: Apex's
+  ``delay_allreduce``), ``fsdp-<sharding strategy>``, or a trainer's own (Gaudi's ``fast_ddp``);
+- ``tf32``: ``on``, ``off``, ``matmul on, cudnn off`` (or the reverse), ``not used (<device>)``;
+- ``mixed_precision``: ``fp32``, ``amp-fp16`` / ``amp-bf16`` (autocast over fp32 weights),
+  ``pure-fp16`` / ``pure-bf16`` (the model computes in that dtype);
+- ``data_path``: the trainer's own words for its loader (``published``, ``pycls``, ``dali``, ...).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-KEYS = ("attention", "optimizer", "ddp", "tf32", "mixed_precision", "data_path")
-AFTER_BACKWARD, OVERLAP = "allreduce-after-backward", "overlap"
+from .contract import SOFTWARE_KEYS
+
+# The fused attention kernels behind F.scaled_dot_product_attention, by the ATen op that runs them.
+FUSED_ATTENTION = {
+    "_scaled_dot_product_flash_attention": "sdpa-flash",
+    "_scaled_dot_product_flash_attention_for_cpu": "sdpa-flash",
+    "_scaled_dot_product_efficient_attention": "sdpa-efficient",
+    "_scaled_dot_product_cudnn_attention": "sdpa-cudnn",
+    "_scaled_dot_product_fused_attention_overrideable": "sdpa-fused",
+}
+DDP_OVERLAP, DDP_AFTER_BACKWARD = "ddp-overlap", "ddp-after-backward"
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-def tf32(device: torch.device) -> str:
-    """TF32 as torch's switches say now (they are what cuBLAS and cuDNN consulted)."""
-    if device.type != "cuda":
-        return f"not used ({device.type})"
-    matmul, cudnn = bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
-    if matmul == cudnn:
-        return "on" if matmul else "off"
-    return f"matmul {'on' if matmul else 'off'}, cudnn {'on' if cudnn else 'off'}"
+# ---------------------------------------------------------------------------------------------
+# attention: the kernels the dispatcher chose
 
 
-def mixed_precision(autocast_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None = None) -> str:
-    """The autocast dtype the forward ran under, and whether a GradScaler scaled the loss."""
-    if autocast_dtype is None:
-        return "fp32"
-    name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(autocast_dtype, str(autocast_dtype))
-    scaled = scaler is not None and scaler.is_enabled()
-    return f"{name}-autocast" + ("+dynamic-loss-scale" if scaled else "")
+class _Dispatched(TorchDispatchMode):
+    """The ATen ops that reached the kernels (to see which attention kernels ran)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.names.add(func._overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def attention_kernel(run: Callable[[], Any]) -> str:
+    """Run ``run`` (a forward and backward of an attention module, as the training step calls it)
+    and name the attention kernels the dispatcher chose."""
+    with _Dispatched() as dispatched:
+        run()
+    return attention_of(dispatched.names)
+
+
+def attention_of(ops: set[str]) -> str:
+    for op, name in FUSED_ATTENTION.items():
+        if op in ops:
+            return name
+    # SDPA's unfused fallback calls _safe_softmax in today's torch, _softmax in older ones.
+    if ops & {"_softmax", "_safe_softmax"} and ops & {"bmm", "baddbmm"}:
+        return "math"
+    return "unknown"
+
+
+class FirstCallWatch:
+    """Watches the first forward of a module inside the run itself (a Trainer's loop, where no probe
+    can stand in for its autocast and device): the attention kernels it dispatched and the mixed
+    precision it ran under. Removes its hooks after that call. ``dispatch=False`` reads the precision
+    only (where ops do not reach a dispatch mode as they run: HPU lazy mode)."""
+
+    def __init__(self, module: torch.nn.Module, dispatch: bool = True) -> None:
+        self.attention: str | None = None
+        self.mixed_precision: str | None = None
+        self.dispatch = dispatch
+        self._mode: _Dispatched | None = None
+        self._hooks = [module.register_forward_pre_hook(self._enter), module.register_forward_hook(self._leave)]
+
+    def _enter(self, module: torch.nn.Module, args: tuple) -> None:
+        if self.mixed_precision is not None:
+            return
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        parameter = next(module.parameters(), None)
+        device = (first if first is not None else parameter).device.type
+        self.mixed_precision = precision_here(device, parameter.dtype if parameter is not None else first.dtype)
+        if self.dispatch:
+            self._mode = _Dispatched()
+            self._mode.__enter__()
+
+    def _leave(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self.attention = attention_of(self._mode.names)
+            self._mode = None
+        for hook in self._hooks:
+            hook.remove()
+
+
+# ---------------------------------------------------------------------------------------------
+# optimizer, gradient reduction, TF32, precision
+
+
+def _unwrapped(optimizer: Any) -> Any:
+    """accelerate's and others' wrappers hold the optimizer that steps in ``.optimizer``."""
+    while getattr(optimizer, "optimizer", None) is not None:
+        optimizer = optimizer.optimizer
+    return optimizer
 
 
 def optimizer_implementation(optimizer: torch.optim.Optimizer) -> str:
-    """per-tensor, foreach or fused, as torch resolves each parameter group's flags when it steps
-    (a flag left at None is resolved the way torch does it: foreach on CUDA tensors, else the loop).
-    Groups that resolve differently read ``mixed (...)``."""
+    """per-tensor, foreach or fused, as torch resolves each parameter group's flags when it steps (a
+    flag left at None is resolved the way torch does: foreach on CUDA tensors, else the loop). Groups
+    that resolve differently read ``mixed (...)``."""
     found = []
     for group in optimizer.param_groups:
         fused, foreach = group.get("fused"), group.get("foreach")
         if not fused and foreach is None:
-            fused, foreach = _torch_default(group["params"])
+            from torch.optim.optimizer import _default_to_fused_or_foreach
+
+            fused, foreach = _default_to_fused_or_foreach(group["params"], differentiable=False, use_fused=False)
         found.append("fused" if fused else "foreach" if foreach else "per-tensor")
     kinds = sorted(set(found))
     return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"
 
 
-def _torch_default(params: list[torch.Tensor]) -> tuple[bool, bool]:
-    from torch.optim.optimizer import _default_to_fused_or_foreach
-
-    fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
-    return bool(fused), bool(foreach)
-
-
-def optimizer(optimizer: torch.optim.Optimizer) -> str:
-    """``adamw-per-tensor``: the optimizer's class and how it steps."""
-    return f"{type(optimizer).__name__.lower()}-{optimizer_implementation(optimizer)}"
+def optimizer(optimizer: Any) -> str:
+    """``adamw-per-tensor``: the class of the optimizer that steps and how it steps."""
+    inner = _unwrapped(optimizer)
+    cls = type(inner)
+    name = cls.__name__.lower()
+    if cls.__module__.startswith("transformers"):
+        # transformers' own AdamW (optim=adamw_hf): its step is a Python loop over the tensors.
+        return f"{name}-per-tensor (transformers)"
+    if cls.__module__.startswith("habana_frameworks"):
+        return f"{name}-fused (habana)"
+    return f"{name}-{optimizer_implementation(inner)}"
 
 
 def ddp_buckets(model: torch.nn.Module) -> int | None:
@@ -84,15 +159,20 @@ def ddp_buckets(model: torch.nn.Module) -> int | None:
     return int(reduced) if reduced else None
 
 
-def ddp(model: torch.nn.Module) -> str:
-    """The gradient all-reduce schedule DDP ran: one bucket is reduced when the last gradient is
-    ready, so after the whole backward; several buckets are reduced while backward runs."""
+def ddp(model: Any) -> str:
+    """How the wrapped model reduced gradients: DDP in one bucket once backward is done, or in several
+    while it runs; FSDP with its sharding strategy as it ran (one process: no_shard); or none."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    if isinstance(model, FullyShardedDataParallel):
+        return f"fsdp-{model.sharding_strategy.name.lower()}"
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return "none"
     buckets = ddp_buckets(model)
     if buckets is None:
-        return "not run"
-    return AFTER_BACKWARD if buckets == 1 else OVERLAP
+        return "ddp (no step reduced)"
+    return DDP_AFTER_BACKWARD if buckets == 1 else DDP_OVERLAP
 
 
 def one_bucket_mb(module: torch.nn.Module) -> int:
@@ -102,10 +182,35 @@ def one_bucket_mb(module: torch.nn.Module) -> int:
     return size // 2**20 + 1
 
 
+def tf32(device_type: str) -> str:
+    """TF32 as torch's switches say now (what cuBLAS and cuDNN consult); a device without TF32 says so."""
+    if device_type != "cuda":
+        return f"not used ({device_type})"
+    matmul, cudnn = bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+    if matmul == cudnn:
+        return "on" if matmul else "off"
+    return f"matmul {'on' if matmul else 'off'}, cudnn {'on' if cudnn else 'off'}"
+
+
+def mixed_precision(autocast: torch.dtype | None, compute: torch.dtype = torch.float32) -> str:
+    """``amp-fp16`` when the forward runs under autocast to fp16 over weights of another dtype; else
+    the dtype the model computes in (``fp32``, ``pure-fp16``, ``pure-bf16``)."""
+    if autocast is not None:
+        return f"amp-{_DTYPES.get(autocast, str(autocast))}"
+    name = _DTYPES.get(compute, str(compute))
+    return name if name == "fp32" else f"pure-{name}"
+
+
+def precision_here(device_type: str, compute: torch.dtype) -> str:
+    """mixed_precision() read where the model runs: autocast's state at this point of the forward."""
+    autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    return mixed_precision(autocast, compute)
+
+
 def summary_fields(**software: Any) -> dict[str, Any]:
-    """``{"software": {...}}`` for summary.json, with the keys in the host's order; unknown keys
-    are refused here rather than ignored by the host."""
-    unknown = sorted(set(software) - set(KEYS))
+    """``{"software": {...}}`` for summary.json, in the contract's key order; an unknown key is refused
+    here rather than ignored by the host."""
+    unknown = sorted(set(software) - set(SOFTWARE_KEYS))
     if unknown:
-        raise ValueError(f"unknown software key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-    return {"software": {key: software[key] for key in KEYS if software.get(key) is not None}}
+        raise ValueError(f"unknown software key(s) {', '.join(unknown)}; known: {', '.join(SOFTWARE_KEYS)}")
+    return {"software": {key: software[key] for key in SOFTWARE_KEYS if software.get(key) is not None}}

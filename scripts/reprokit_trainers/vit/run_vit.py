@@ -23,7 +23,7 @@ weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugm
 crop with a flip, PCA lighting noise. Not modeled (device-side, small next to a ViT step):
 MixUp/CutMix, the EMA copy of the weights.
 
-summary.json's ``software`` says what ran, read back (common/kernels.py): the attention kernels
+summary.json's ``software`` says what ran, read back (common/software.py): the attention kernels
 dispatched, the optimizer's implementation, the gradient reduction, TF32, the mixed precision and the
 data path; the host holds a published rung to its publication's.
 
@@ -57,7 +57,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from reprokit_trainers.common import flops, imagenet, kernels, loop
+from reprokit_trainers.common import flops, imagenet, loop, software
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
@@ -248,7 +248,7 @@ def attention_in_effect(model: ViT, prec: Precision, device: torch.device) -> st
             out = block(tokens)
         out.float().sum().backward()
 
-    kernel = kernels.attention_kernel(step)
+    kernel = software.attention_kernel(step)
     model.zero_grad(set_to_none=True)
     return kernel
 
@@ -422,7 +422,7 @@ def train(
                 logits = model(images)
                 if step == 0:
                     seen.update(
-                        mixed_precision=kernels.mixed_precision(device.type, images.dtype),
+                        mixed_precision=software.precision_here(device.type, images.dtype),
                         data_path=data_path(loader, pixels),
                     )
             loss = pycls_loss(logits, labels, args.label_smoothing)
@@ -512,11 +512,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
     logger.close()
     # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
-    software = {
+    ran = {
         "attention": attention,
-        "optimizer": kernels.optimizer_kernel(optimizer),
-        "ddp": kernels.gradient_reduction(model),
-        "tf32": kernels.tf32_in_effect(),
+        "optimizer": software.optimizer(optimizer),
+        "ddp": software.ddp(model),
+        "tf32": software.tf32(device.type),
         **seen,
     }
 
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         layout=model_args.layout,
         attention=model_args.attention,
         input_pipeline=data_args.input_pipeline,
-        software=software,
+        software=ran,
         amp=prec.mode,
         optimizer=train_args.optimizer,
         optimizer_impl=train_args.optimizer_impl,

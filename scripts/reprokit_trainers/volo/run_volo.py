@@ -671,8 +671,8 @@ def train_loop(
         "attention": attention_ran(model),
         "optimizer": software.optimizer(optimizer),
         "ddp": software.ddp(forward),
-        "tf32": software.tf32(device),
-        "mixed_precision": software.mixed_precision(run.amp_dtype, scaler),
+        "tf32": software.tf32(device.type),
+        "mixed_precision": software.mixed_precision(run.amp_dtype),
         "data_path": data_path(run),
     }
     return Trained(step, total_epochs, ran, software.ddp_buckets(forward))
