@@ -1,5 +1,6 @@
-"""The README is executable truth: every `inv`, `reprokit` and `make` command it shows still parses and
-runs (with --dry-run where it would start work, --help where it needs a session or hours)."""
+"""The READMEs are executable truth: every `inv`, `reprokit` and `make` command the project's pages
+show still parses and runs (with --dry-run where it would start work, --help where it needs a
+session or hours)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,15 @@ REAL = {"recipes", "show", "render"}
 FENCE = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
 
 
+PAGES = [
+    "README.md", "ARCHITECTURE.md", "CONTRIBUTING.md", "recipes/README.md", "docker/README.md",
+    "scripts/README.md", "benchmarks/README.md", "reprokit/run/README.md", "reprokit/results/README.md",
+]  # fmt: skip
+
+
 def commands() -> list[str]:
     found = []
-    for block in FENCE.findall((ROOT / "README.md").read_text()):
+    for block in (b for page in PAGES for b in FENCE.findall((ROOT / page).read_text())):
         joined = re.sub(r"\\\n\s*", " ", block)
         for full in joined.splitlines():
             for line in re.sub(r"\s+#\s.*$", "", full).split("&&"):
