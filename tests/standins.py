@@ -22,8 +22,8 @@ import tarfile
 from pathlib import Path
 
 from reprokit.plan.accelerators import Base
-from reprokit.run.images.build import serve_directory
 from reprokit.run.images.pins import find_python
+from reprokit.run.images.wheelhouse import serve_directory
 
 LOCAL_BASE = "reprokit/base:bookworm"
 CACHE = Path.home() / ".cache" / "reprokit" / "standins"

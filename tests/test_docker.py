@@ -27,7 +27,8 @@ from reprokit.plan import accelerators, cells, recipes
 from reprokit.run import images, supervise
 from reprokit.run.containers import docker as docker_platform
 from reprokit.run.handles import NoOptions
-from reprokit.run.images.build import BUILD_DIR, WHEELHOUSE_PORT, serve_directory
+from reprokit.run.images.build import BUILD_DIR
+from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.run.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, run_inv
 

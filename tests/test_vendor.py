@@ -12,7 +12,7 @@ from reprokit.plan import accelerators
 from reprokit.plan.accelerators import Vendor, VendorFile
 from reprokit.run import images
 from reprokit.run.images import vendor
-from reprokit.run.images.build import serve_directory
+from reprokit.run.images.wheelhouse import serve_directory
 
 FILES = {"habana_dataloader_trainer.py": b"# stand-in 1\n", "clip_media_pipe.py": b"# stand-in 2\n"}
 

@@ -6,17 +6,13 @@ writes it to rendered/build/<accelerator>/ so that the printed command can be ru
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import json
 import re
 import shlex
 import tarfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +24,10 @@ from reprokit.plan import recipes
 from reprokit.plan.accelerators import Profile
 from reprokit.run.images import engine, vendor
 from reprokit.run.images.context import context_files, context_hash, image_tag, write_context
+from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 
 BUILD_DIR = Path("rendered") / "build"
 OCI = "org.opencontainers.image"
-# The wheelhouse URL is a build argument of the pip layer, so it is part of that layer's cache key:
-# a fixed port lets a rebuild (a trainer edited) reuse the installed packages.
-WHEELHOUSE_PORT = 38741
 # Build arguments are recorded in the image history: none of these may ever be one.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY", re.IGNORECASE)
 
@@ -339,25 +333,3 @@ def _last_meaningful(lines: list[str]) -> str:
         if line.strip() and not line.startswith(" --->"):
             return line.strip()[:300]
     return "no output"
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
-
-
-@contextmanager
-def serve_directory(directory: Path, port: int = WHEELHOUSE_PORT) -> Iterator[str]:
-    """Serve a folder on 127.0.0.1 for as long as the block runs; yields its URL."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-    except OSError:  # taken: any free port (the pip layer is then rebuilt rather than reused)
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, name="wheelhouse", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -4,9 +4,15 @@ base itself provides (the framework) is not in the lock, so it is never download
 
 from __future__ import annotations
 
+import functools
+import http.server
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
@@ -40,3 +46,30 @@ def wheelhouse(profile: Profile, dest: Path, python_version: str | None = None) 
             f"pip download failed: {lines[-1] if lines else f'exit code {result.returncode}'}"
         )
     return sorted(dest.glob("*.whl"))
+
+
+# The wheelhouse URL is a build argument of the pip layer, so it is part of that layer's cache key:
+# a fixed port lets a rebuild (a trainer edited) reuse the installed packages.
+WHEELHOUSE_PORT = 38741
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@contextmanager
+def serve_directory(directory: Path, port: int = WHEELHOUSE_PORT) -> Iterator[str]:
+    """Serve a folder on 127.0.0.1 for as long as the block runs; yields its URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:  # taken: any free port (the pip layer is then rebuilt rather than reused)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="wheelhouse", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
