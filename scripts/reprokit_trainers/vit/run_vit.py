@@ -401,7 +401,7 @@ def train(
         lr = pycls_lr(epoch, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        for index, batch in enumerate(loader):
+        for index, batch in enumerate(logger.batches(loader)):
             images = normalize(batch["pixel_values"].to(device, non_blocking=True)).to(prec.model_dtype)
             labels = batch["labels"].to(device, non_blocking=True)
             with prec.autocast(device):
@@ -485,7 +485,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch,
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(loader)),
+        profile=device_args.profile,
     )
+    logger.watch(model)
     train(model, optimizer, scaler, loader, train_args, prec, device, logger)
     logger.close()
 

@@ -484,6 +484,7 @@ def train_loop(
         forward = torch.nn.parallel.DistributedDataParallel(
             forward, device_ids=[device.index] if device.type == "cuda" else None
         )
+        logger.watch(forward)
     forward.train()
     # timm's AdamW factory, as main.py: no weight decay on biases, norms, pos_embed and cls_token.
     optimizer = create_optimizer_v2(
@@ -519,7 +520,7 @@ def train_loop(
     done = False
     while not done and epoch < total_epochs:
         imagenet.set_epoch(run.loader, epoch)
-        for index, batch in enumerate(run.loader):
+        for index, batch in enumerate(logger.batches(run.loader)):
             if gpu_decode is not None:
                 images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
             else:
@@ -656,6 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch,
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(run.loader)),
+        profile=device_args.profile,
     )
     steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
