@@ -62,6 +62,8 @@ class Cell:
     # and, for a variant beyond the publication, the published variant it is measured against.
     software: dict[str, str] = field(default_factory=dict)
     beyond: str | None = None
+    # The torch.profiler schedule the trainer runs (--profile, or the scale's `profile`), in steps.
+    profile: dict[str, int] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -137,6 +139,16 @@ def _dataset_args(recipe: Recipe) -> dict[str, Any]:
     return args
 
 
+# What a traced cell traces: one step of the profiler's own warm-up, then three, right after the
+# trainer's throughput warm-up (its steps are excluded from samples/s for the same reason).
+PROFILE_STEPS = {"warmup": 1, "active": 3}
+
+
+def profile_schedule(args: dict[str, Any]) -> dict[str, int]:
+    """The --profile schedule of a cell with these trainer arguments."""
+    return {"wait": int(args.get("throughput_warmup_steps") or 0), **PROFILE_STEPS}
+
+
 def _references_for(variant: Variant, accelerator: str) -> list[Reference]:
     profile = accelerators.get(accelerator)
     keys = set(profile.device_names)
@@ -153,9 +165,11 @@ def expand(
     nodes: int | None = None,
     id_suffix: str = "",
     data: dict[str, str] | None = None,
+    profile: bool = False,
 ) -> list[Cell]:
     """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first.
-    `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes."""
+    `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes.
+    `profile`: trace a few steps of each cell (so does a scale that says `profile: true`)."""
     profile = accelerators.get(accelerator)
     if scale not in recipe.scales:
         raise ReprokitError(f"unknown scale {scale!r}; known scales: {', '.join(recipe.scales)} (or auto)")
@@ -187,6 +201,9 @@ def expand(
         args.update(variant.args)
         args.update(scale_def.args)
         used = apply_data(recipe, args, data or {})
+        schedule = profile_schedule(args) if profile or scale_def.profile else None
+        if schedule:
+            args["profile"] = schedule
         wrong = arguments.problems(recipe.trainer, args)
         if wrong:
             raise ReprokitError(f"{path}: variant {variant.name} ({scale}, {profile.name}): {wrong[0]}")
@@ -223,6 +240,7 @@ def expand(
                 id_suffix=id_suffix,
                 software=recipe.expected_software(variant),
                 beyond=variant.beyond,
+                profile=schedule,
             )
         )
     return _dependency_order(cells)

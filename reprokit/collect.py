@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import accelerators, comparison, records, rundirs
+from . import accelerators, comparison, explain, records, rundirs
 from .errors import ReprokitError
 
 SESSION_FILE = "session.json"
@@ -71,6 +71,8 @@ COLUMNS = [
     "peak_memory_bytes",
     "flops_per_sample",
     "mfu",
+    # Where the window's time went, the energy per sample, the trace (explain.py).
+    *explain.COLUMNS,
     "data",
     "image_id",
     "kit_revision",
@@ -192,6 +194,7 @@ def row(run_dir: Path) -> dict[str, Any]:
         "peak_memory_bytes": extra.get("peak_memory_bytes"),
         "flops_per_sample": extra.get("flops_per_sample"),
         "mfu": extra.get("mfu") if ok else None,
+        **(explain.columns(extra, run_dir) if ok else {}),
         "data": ";".join(f"{k}={v}" for k, v in cell.data.items()) or None,
         "image_id": sysinfo.image_id,
         "kit_revision": cell.kit_revision,
@@ -302,6 +305,8 @@ def aggregate(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 found = [r["measurements"][name] for r in done if r["measurements"].get(name) is not None]
                 agg[f"measured_{name}"] = _median(found) if found else None
                 agg["measurements"] = {**agg["measurements"], name: agg[f"measured_{name}"]}
+            per_joule = [r["samples_per_joule"] for r in done if r.get("samples_per_joule") is not None]
+            agg["samples_per_joule"] = _median(per_joule) if per_joule else None
             reasons = list(
                 dict.fromkeys(x for r in done for x in (r.get("verdict_reasons") or "").split("; ") if x)
             )

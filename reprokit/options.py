@@ -78,6 +78,11 @@ class RunOptions:
         None, "a session to finish (name or folder): reruns its stored plan, keeping complete cells"
     )
     dry_run: bool = _opt(False, "print what would run, and run nothing")
+    profile: bool = _opt(
+        False,
+        "trace a few steps of every cell after its warm-up with torch.profiler (runs/<cell>/profile/, "
+        "linked from the report)",
+    )
 
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults (what a user or a setting said)."""

@@ -95,6 +95,7 @@ def plan(
     fit_devices: bool = True,
     data: dict[str, str] | None = None,
     repeats: int = 1,
+    profile: bool = False,
 ) -> Plan:
     """The cells to run. A list of node counts runs every cell at each (ids end in --<n>n), so the
     report can give each multi-node cell's scaling efficiency over its single-node twin.
@@ -134,7 +135,8 @@ def plan(
                 # Repetition k of a cell reads repetition k of the cell it needs (same suffix).
                 again = f"{suffix}--r{repeat}" if repeats > 1 else suffix
                 for cell in expand(
-                    recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, again, real_data
+                    recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, again, real_data,
+                    profile,
                 ):
                     cell.repeat, cell.repeats = repeat, repeats
                     cell.series_id = cells_module.cell_id(cell.recipe, cell.variant, suffix)
@@ -193,6 +195,8 @@ class Request:
     data: dict[str, str] = field(default_factory=dict)
     # Runs of each cell (--repeat N): results give their median and spread.
     repeat: int = 1
+    # --profile: every cell traces a few steps with torch.profiler.
+    profile: bool = False
 
 
 def _recipe_ref(name: str) -> str:
@@ -269,6 +273,8 @@ def _conflicts(stored: dict[str, Any], request: Request) -> list[str]:
         found.append(
             f"--variant {' '.join(request.variants)} (the session ran {' '.join(asked.get('variants') or ['all'])})"
         )
+    if request.profile and not asked.get("profile"):
+        found.append("--profile (the session traced nothing)")
     for key in ("devices", "nodes"):
         given = getattr(request, key)
         if given is not None and given != stored.get(key):
@@ -291,6 +297,7 @@ def plan_request(request: Request, fit_devices: bool = True) -> Plan:
         fit_devices,
         request.data,
         request.repeat,
+        request.profile,
     )
 
 
@@ -322,6 +329,7 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
         container,
         data=asked.get("data") or {},
         repeats=int(asked.get("repeat") or 1),
+        profile=bool(asked.get("profile")),
     )
     by_id = {c.cell_id: c for c in the_plan.cells}
     wanted = stored.get("cells") or []

@@ -121,6 +121,7 @@ def request_of(names: list[str], options: RunOptions, site: settings.Settings) -
         settings=site.record(),
         data={**site.get("data", {}), **data.parse(options.data)},
         repeat=_repeat(options.repeat),
+        profile=options.profile,
     )
 
 
