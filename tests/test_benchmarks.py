@@ -99,3 +99,12 @@ def test_a_bench_gpu_row_takes_the_reference_of_the_device_that_ran_under_its_de
     # A shortened run on synthetic data and random weights is measured, never given a verdict.
     assert row["verdict"].startswith("not comparable (")
     assert "shortened run (max_steps 30)" in row["verdict"]
+
+
+def test_the_meter_benchmark_times_both_sides_of_each_pair_and_the_meters_own_cost():
+    from benchmarks import meter
+
+    off, on = meter.alternating(pairs=1)
+    assert len(off) == len(on) == 1 and off[0] > 0 and on[0] > 0
+    per_step, per_logged_step = meter.own_cost(steps=200)
+    assert 0 < per_step < per_logged_step
