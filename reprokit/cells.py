@@ -165,11 +165,11 @@ def expand(
     nodes: int | None = None,
     id_suffix: str = "",
     data: dict[str, str] | None = None,
-    profile: bool = False,
+    profiled: bool = False,
 ) -> list[Cell]:
     """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first.
     `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes.
-    `profile`: trace a few steps of each cell (so does a scale that says `profile: true`)."""
+    `profiled`: trace a few steps of each cell (so does a scale that says `profile: true`)."""
     profile = accelerators.get(accelerator)
     if scale not in recipe.scales:
         raise ReprokitError(f"unknown scale {scale!r}; known scales: {', '.join(recipe.scales)} (or auto)")
@@ -201,7 +201,7 @@ def expand(
         args.update(variant.args)
         args.update(scale_def.args)
         used = apply_data(recipe, args, data or {})
-        schedule = profile_schedule(args) if profile or scale_def.profile else None
+        schedule = profile_schedule(args) if profiled or scale_def.profile else None
         if schedule:
             args["profile"] = schedule
         wrong = arguments.problems(recipe.trainer, args)

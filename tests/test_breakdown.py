@@ -231,3 +231,12 @@ def test_the_trainers_one_rank_group_times_its_ddp_all_reduce(clock):
         assert summary["communication"] == 0.0 and summary["communication_timed"].startswith("DDP")
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_several_processes_without_ddp_say_their_communication_is_not_timed(monkeypatch):
+    from reprokit_trainers.common import breakdown
+
+    monkeypatch.setattr(breakdown, "world_size", lambda: 8)
+    found = Breakdown(events=None)
+    found.watch(torch.nn.Linear(2, 2))
+    assert found.communication == "not timed (Linear exposes no communication hook the kit times)"

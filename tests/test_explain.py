@@ -135,3 +135,23 @@ def test_compare_compares_samples_per_joule_too(tmp_path):
     assert "samples/J B/A" in compared.stdout
     (line,) = [line for line in compared.stdout.splitlines() if "│ fake--base" in line]
     assert "0.750 regressed" in line
+
+
+def test_a_scale_that_says_profile_traces_every_cell_after_its_warmup(tmp_path):
+    import yaml
+
+    from reprokit import cells, recipes
+
+    path = fake_recipe(tmp_path / "fake.yaml", [{"name": "base", "baseline": True, "args": {}}])
+    data = yaml.safe_load(path.read_text())
+    data["scales"]["smoke"]["profile"] = True
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    (traced,) = cells.expand(recipes.load(str(path)), str(path), "cpu", "smoke")
+    (plain,) = cells.expand(recipes.load(str(path)), str(path), "cpu", "published")
+    assert traced.profile == traced.args["profile"] == {"wait": 2, "warmup": 1, "active": 3}
+    assert plain.profile is None and "profile" not in plain.args
+    assert cells.expand(recipes.load(str(path)), str(path), "cpu", "published", profiled=True)[0].profile == {
+        "wait": 3,
+        "warmup": 1,
+        "active": 3,
+    }

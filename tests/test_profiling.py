@@ -152,3 +152,31 @@ def test_operators_fall_into_categories_by_their_names():
         "data loading",
         "elementwise",
     ]
+
+
+def test_holistic_trace_analysis_summarizes_a_gpu_trace_where_it_is_installed(tmp_path):
+    pytest.importorskip("hta")
+    # The smallest trace of a GPU step HTA reads: a launch on the host, a GEMM and an NCCL kernel on
+    # the device (1000 us and 500 us of a 1700 us span), rank 0 named as PyTorch's distributed traces do.
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 1, "tid": 1, "ts": 1000, "dur": 3000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1150, "dur": 10,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "sm90_gemm_kernel", "pid": 0, "tid": 7, "ts": 1200, "dur": 1000,
+         "args": {"stream": 7, "device": 0, "correlation": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2310, "dur": 10,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+         "ts": 2400, "dur": 500, "args": {"stream": 7, "device": 0, "correlation": 8}},
+    ]  # fmt: skip
+    trace = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": events}
+    (tmp_path / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode()))
+    found = profiling.hta_summary(tmp_path)
+    assert found["kernel_types"] == [
+        {"kernel_type": "COMPUTATION", "us": 1000.0, "pct": 66.7},
+        {"kernel_type": "COMMUNICATION", "us": 500.0, "pct": 33.3},
+    ]
+    (temporal,) = found["temporal_breakdown"]
+    assert temporal["rank"] == 0 and temporal["compute_pct"] + temporal["non_compute_pct"] + temporal[
+        "idle_pct"
+    ] == pytest.approx(100, abs=0.1)
