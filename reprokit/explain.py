@@ -9,10 +9,9 @@ only reads and words them. A share a trainer could not time is None and is never
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import comparison
-from .pages import Block
 
 SHARES = ("data_wait", "compute", "communication", "other")
 # How a sentence names the time each share stands for.
@@ -31,6 +30,15 @@ OPEN_TRACE = (
     "open it in Perfetto (https://ui.perfetto.dev, Open trace file) or chrome://tracing, or in TensorBoard "
     "(pip install torch-tb-profiler; tensorboard --logdir {folder})"
 )
+
+
+class Line(NamedTuple):
+    """One paragraph of the report, as pages.Block takes it (kind p, note, h3 or link)."""
+
+    kind: str
+    text: str
+    href: str = ""
+    tail: str = ""
 
 
 def columns(extra: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -123,19 +131,19 @@ def trace_text(row: dict[str, Any]) -> tuple[str, str, str] | None:
     )
 
 
-def reading(rows: list[dict[str, Any]]) -> list[Block]:
+def reading(rows: list[dict[str, Any]]) -> list[Line]:
     """What a recipe's breakdown says (under its plot): the data-wait story across cells, then a
     sentence per cell."""
-    out: list[Block] = []
+    out: list[Line] = []
     sentences = [s for s in (cell_sentence(r, rows) for r in rows) if s]
     if sentences:
         story = comparison_sentence(rows)
         if story:
-            out.append(Block("p", story))
-        out += [Block("p", s) for s in sentences]
+            out.append(Line("p", story))
+        out += [Line("p", s) for s in sentences]
         basis = sorted({(r.get("breakdown") or {}).get("basis") for r in rows} - {None})
         out.append(
-            Block(
+            Line(
                 "note",
                 "Shares of each cell's measured window (after its warm-up), rank 0's, timed by "
                 f"{' and '.join(basis) or 'the meter'}: data wait is the time the loop blocked on its next "
@@ -146,14 +154,14 @@ def reading(rows: list[dict[str, Any]]) -> list[Block]:
     return out
 
 
-def energy_and_traces(rows: list[dict[str, Any]]) -> list[Block]:
+def energy_and_traces(rows: list[dict[str, Any]]) -> list[Line]:
     """A recipe's energy per sample where measured (or why not), and links to its traces."""
-    out: list[Block] = []
+    out: list[Line] = []
     unmeasured = sorted({r["energy"] for r in rows if str(r.get("energy") or "").startswith("unavailable")})
     if any(r.get("samples_per_joule") for r in rows):
-        out.append(Block("h3", "Energy"))
+        out.append(Line("h3", "Energy"))
         out += [
-            Block(
+            Line(
                 "p",
                 f"{r['variant']}: {r['samples_per_joule']:.3g} samples/J ({r['energy_joules']:.4g} J, "
                 f"mean {r.get('power_mean_w') or 0:.4g} W) from {r['energy']}.",
@@ -162,9 +170,9 @@ def energy_and_traces(rows: list[dict[str, Any]]) -> list[Block]:
             if r.get("samples_per_joule")
         ]
     elif unmeasured:
-        out.append(Block("p", f"Energy: {'; '.join(unmeasured)}."))
+        out.append(Line("p", f"Energy: {'; '.join(unmeasured)}."))
     traces = [t for t in (trace_text(r) for r in rows) if t]
     if traces:
-        out.append(Block("h3", "Traces"))
-        out += [Block("link", text, href=href, tail=tail) for text, href, tail in traces]
+        out.append(Line("h3", "Traces"))
+        out += [Line("link", text, href, tail) for text, href, tail in traces]
     return out

@@ -278,8 +278,8 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
                 if plot.name.startswith("breakdown-"):
-                    out += explain.reading(rows)
-        out += explain.energy_and_traces(rows)
+                    out += [Block(**line._asdict()) for line in explain.reading(rows)]
+        out += [Block(**line._asdict()) for line in explain.energy_and_traces(rows)]
     out += [
         Block("h2", "All cells"),
         Block("table", headers=DETAIL_HEADERS, rows=[_detail(r) for r in table]),

@@ -95,12 +95,12 @@ def plan(
     fit_devices: bool = True,
     data: dict[str, str] | None = None,
     repeats: int = 1,
-    profile: bool = False,
+    profiled: bool = False,
 ) -> Plan:
     """The cells to run. A list of node counts runs every cell at each (ids end in --<n>n), so the
     report can give each multi-node cell's scaling efficiency over its single-node twin.
     `fit_devices`: published cells run locally on at most the devices this machine has (not wanted
-    when only rendering for another machine)."""
+    when only rendering for another machine). `profiled`: every cell traces a few steps (--profile)."""
     messages: list[str] = []
     chosen_accelerator = accelerators.resolve(accelerator)
     profile = accelerators.get(chosen_accelerator)
@@ -136,7 +136,7 @@ def plan(
                 again = f"{suffix}--r{repeat}" if repeats > 1 else suffix
                 for cell in expand(
                     recipe, name, chosen_accelerator, chosen_scale, wanted, devices, count, again, real_data,
-                    profile,
+                    profiled,
                 ):
                     cell.repeat, cell.repeats = repeat, repeats
                     cell.series_id = cells_module.cell_id(cell.recipe, cell.variant, suffix)
@@ -329,7 +329,7 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
         container,
         data=asked.get("data") or {},
         repeats=int(asked.get("repeat") or 1),
-        profile=bool(asked.get("profile")),
+        profiled=bool(asked.get("profile")),
     )
     by_id = {c.cell_id: c for c in the_plan.cells}
     wanted = stored.get("cells") or []

@@ -137,10 +137,15 @@ def test_compare_compares_samples_per_joule_too(tmp_path):
     assert "0.750 regressed" in line
 
 
-def test_a_scale_that_says_profile_traces_every_cell_after_its_warmup(tmp_path):
+def test_only_profile_or_a_scale_that_says_so_traces_cells_after_their_warmup(tmp_path):
     import yaml
 
-    from reprokit import cells, recipes
+    from reprokit import cells, recipes, session
+
+    plain = fake_recipe(tmp_path / "plain.yaml", [{"name": "base", "baseline": True, "args": {}}])
+    assert [c.profile for c in session.plan([str(plain)], "cpu", "smoke", "local").cells] == [None]
+    traced = session.plan([str(plain)], "cpu", "smoke", "local", profiled=True).cells
+    assert [c.profile for c in traced] == [{"wait": 2, "warmup": 1, "active": 3}]
 
     path = fake_recipe(tmp_path / "fake.yaml", [{"name": "base", "baseline": True, "args": {}}])
     data = yaml.safe_load(path.read_text())
