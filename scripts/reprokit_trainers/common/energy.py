@@ -372,6 +372,9 @@ class EnergyMeter:
                 self._end = _Tally(**{**self._tally.__dict__, "t": now, "counter": counter})
 
     def stop(self) -> None:
+        """Stop sampling and release the source (once: the window is over)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
