@@ -160,3 +160,23 @@ def test_only_profile_or_a_scale_that_says_so_traces_cells_after_their_warmup(tm
         "warmup": 1,
         "active": 3,
     }
+
+
+def test_resuming_with_profile_a_session_that_traced_nothing_is_refused_in_one_line():
+    from reprokit import session
+
+    stored = {
+        "request": {"recipes": [], "profile": False},
+        "accelerator": "cpu",
+        "scale": "smoke",
+        "runtime": "local",
+    }
+    assert session._conflicts(stored, session.Request(profile=True)) == [
+        "--profile (the session traced nothing)"
+    ]
+    assert (
+        session._conflicts(
+            {**stored, "request": {"recipes": [], "profile": True}}, session.Request(profile=True)
+        )
+        == []
+    )
