@@ -90,7 +90,8 @@ def cell_sentence(row: dict[str, Any], rows: list[dict[str, Any]]) -> str | None
                                              for i, s in enumerate(ordered))  # fmt: skip
     baseline = _baseline(row, rows)
     theirs = shares(baseline) if baseline else {}
-    common = [s for s in found if s in theirs]
+    # Compute is what the other shares leave: where a wait or the overhead differs, name that.
+    common = [s for s in found if s in theirs and s != "compute"] or [s for s in found if s in theirs]
     if common:
         widest = max(common, key=lambda share: abs(found[share] - theirs[share]))
         sentence += f"; the baseline {baseline['variant']} {percent(theirs[widest])} {DOING[widest]}"
