@@ -8,7 +8,9 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
   Yorker cartoons' sizes and bytes, common/synthetic.py), each with its largest difference from
   the published output;
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
-  `reprokit` (which must not import torch).
+  `reprokit` (which must not import torch);
+- the trainers' meter on and off on a real small training loop (meter.py): the ratio of samples
+  per second with it and without, which must be within 1%.
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
 flops_per_sample) and the model FLOPs utilization the published figures imply, and times VOLO's
@@ -279,6 +281,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per measurement; the best is kept")
     parser.add_argument("--workers", type=int, nargs="*", default=[2], help="loader worker counts to measure")
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
+    parser.add_argument("--meter", action="store_true", help="run only the meter's on/off measurement")
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -297,6 +300,13 @@ def main() -> None:
         )
         print(f"wrote {_write(rows, 'gpu')} (run directories in {gpu.RUNS})")
         return
+    from benchmarks import meter
+
+    if args.meter:
+        measured = meter.measure()
+        _print(measured, "the meter on and off: a small CPU training loop, on and off steps in turn")
+        print(f"wrote {_write(measured, 'meter')}\n{meter.verdict(measured)}")
+        return
     rows = data_path(args.images, args.repeats, args.workers)
     _print(rows, "BridgeTower data path: JPEG bytes -> tensors (one core unless workers > 0)")
     costs = overhead()
@@ -310,9 +320,11 @@ def main() -> None:
 
     kernels = volo_kernels.measure()
     _print(kernels, "VOLO: the publication's kernels and those beyond it (ms, one core)")
+    measured = meter.measure()
+    _print(measured, "the meter on and off: a small CPU training loop, on and off steps in turn")
     print(
-        f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')}, {_write(counted, 'flops')} "
-        f"and {_write(kernels, 'volo-kernels')}"
+        f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')}, {_write(counted, 'flops')}, "
+        f"{_write(kernels, 'volo-kernels')} and {_write(measured, 'meter')}"
     )
     by_name = {r["name"]: r for r in rows if r["workers"] == 0}
     for name in ("kit", "kit-draft"):
@@ -325,6 +337,7 @@ def main() -> None:
         )
     # The headline: the kit's fastest CPU path (fast IDCT, then the published resample) against the published one.
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
+    print(meter.verdict(measured))
 
 
 if __name__ == "__main__":

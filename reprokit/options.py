@@ -83,6 +83,11 @@ class RunOptions:
         None, "a session to finish (name or folder): reruns its stored plan, keeping complete cells"
     )
     dry_run: bool = _opt(False, "print what would run, and run nothing")
+    profile: bool = _opt(
+        False,
+        "trace a few steps of every cell after its warm-up with torch.profiler (runs/<cell>/profile/, "
+        "linked from the report)",
+    )
 
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults (what a user or a setting said)."""
@@ -188,6 +193,7 @@ def request(names: list[str], options: RunOptions, site: settings.Settings) -> R
         settings=site.record(),
         data={**site.get("data", {}), **data.parse(options.data)},
         repeat=count("--repeat", options.repeat, "how many times to run each cell") or 1,
+        profile=bool(options.profile),
     )
 
 

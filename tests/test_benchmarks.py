@@ -112,3 +112,12 @@ def test_the_volo_kernel_table_times_the_trainers_own_kernels_under_their_record
     ]
     assert [r["beyond"] for r in rows[1:]] == ["adamw-foreach", "adamw-fused"]
     assert all(r["published_ms"] > 0 and r["beyond_ms"] > 0 for r in rows)
+
+
+def test_the_meter_benchmark_times_both_sides_of_each_pair_and_the_meters_own_cost():
+    from benchmarks import meter
+
+    off, on = meter.alternating(pairs=1)
+    assert len(off) == len(on) == 1 and off[0] > 0 and on[0] > 0
+    per_step, per_logged_step = meter.own_cost(steps=200)
+    assert 0 < per_step < per_logged_step

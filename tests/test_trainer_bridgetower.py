@@ -4,6 +4,7 @@ each throughput definition, Gaudi's config and mediapipe (as far as a machine wi
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import json
 import logging
@@ -185,6 +186,14 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
         rows = list(csv.DictReader(fh))
     assert [int(r["step"]) for r in rows] == [2, 4, 6]
     assert all(float(r["samples_per_second"]) > 0 and float(r["loss"]) > 0 for r in rows)
+    # Where each interval went: the Trainer's fetch of its batches timed, one process communicates nothing.
+    assert all(float(r["data_wait"]) > 0 and float(r["compute"]) > 0 and r["communication"] == "" for r in rows)
+    breakdown = summary["breakdown"]
+    assert breakdown["counted"] == "steps 3-6, rank 0" and breakdown["steps"] == 4
+    assert breakdown["data_wait"] + breakdown["compute"] + breakdown["other"] == pytest.approx(1, abs=1e-3)
+    assert breakdown["communication"] is None and breakdown["communication_timed"] == "none (one process)"
+    # Energy: this machine's RAPL, or why there is none.
+    assert summary["energy_joules"] > 0 if isinstance(summary["energy"], dict) else summary["energy"].startswith("unavailable (")
 
     sysinfo = json.loads((run_dir / "sysinfo.json").read_text())
     assert sysinfo["trainer"] == "run_bridgetower.py" and sysinfo["started_at"]
@@ -563,6 +572,21 @@ def test_synthetic_cartoons_take_their_sizes_from_one_place_and_weigh_what_real_
     assert 50_000 < sum(sizes) / len(sizes) < 62_000
 
 
+def test_profile_traces_the_trainers_steps_after_its_warmup(tmp_path):
+    _, run_dir = train(
+        tmp_path, "--random_init", "--synthetic_data", "--do_train", "--max_steps", "6",
+        "--dataloader_num_workers", "0", "--profile", '{"active": 2}',
+    )  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    profile = summary["profile"]
+    assert profile["schedule"] == {"wait": 2, "warmup": 1, "active": 2} and profile["steps"] == [4, 5]
+    trace = json.loads(gzip.decompress((run_dir / profile["trace"]).read_bytes()))
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"ProfilerStep#4", "ProfilerStep#5"} <= names and "ProfilerStep#3" not in names
+    assert profile["cpu_top_ops"] and "departures" in summary
+    assert any(d["reason"].startswith("profiled: torch.profiler traced steps 4-5") for d in summary["departures"])
+
+
 @pytest.mark.slow
 def test_two_processes_train_together_under_torchrun(tmp_path):
     _, run_dir = train(
@@ -576,6 +600,9 @@ def test_two_processes_train_together_under_torchrun(tmp_path):
     # Global: 2 per device x 2 processes, 4 steps, the first 2 of them warm-up.
     assert summary["global_batch_size"] == 4 and summary["samples"] == 16 and summary["measured_samples"] == 8
     assert summary["samples_per_second"] > 0
+    # DDP's gradient all-reduce, timed by the kit's hook on rank 0.
+    assert summary["breakdown"]["communication"] > 0
+    assert summary["breakdown"]["communication_timed"].startswith("DDP all-reduce in flight")
     # Rank 1 writes nothing: one row per logging step, not two.
     with open(run_dir / "throughput.csv") as fh:
         assert [int(r["step"]) for r in csv.DictReader(fh)] == [2, 4]

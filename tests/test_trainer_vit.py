@@ -367,6 +367,14 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     assert summary["departures"] == [{"reason": "synthetic data", "kind": "throughput"}]
     rows = list(csv.DictReader((out / "throughput.csv").open()))
     assert [int(r["step"]) for r in rows] == [2, 4]
+    # Where the window went: the loader's wait timed; DDP's all-reduce timed by the hook even on one rank.
+    breakdown = summary["breakdown"]
+    assert breakdown["data_wait"] > 0 and breakdown["compute"] > 0 and breakdown["counted"] == "steps 2-4, rank 0"
+    if switches["--sharding"] == "ddp":
+        assert breakdown["communication"] >= 0 and breakdown["communication_timed"].startswith("DDP all-reduce")
+    else:
+        assert breakdown["communication"] is None
+        assert breakdown["communication_timed"] == "none (one process)"
     assert {r["steps_total"] for r in rows} == {"4"}
     assert all(float(r["samples_per_second"]) > 0 and r["loss"] for r in rows)
     assert list((out / "tensorboard" / "train").glob("events.out.tfevents.*"))

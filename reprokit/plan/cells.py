@@ -70,6 +70,8 @@ class Cell:
     # was read: the report prints it beside the versions the cell ran.
     published_stack: dict[str, str] = field(default_factory=dict)
     published_stack_source: str | None = None
+    # The torch.profiler schedule the trainer runs (--profile, or the scale's `profile`), in steps.
+    profile: dict[str, int] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -145,6 +147,16 @@ def _dataset_args(recipe: Recipe) -> dict[str, Any]:
     return args
 
 
+# What a traced cell traces: one step of the profiler's own warm-up, then three, right after the
+# trainer's throughput warm-up (its steps are excluded from samples/s for the same reason).
+PROFILE_STEPS = {"warmup": 1, "active": 3}
+
+
+def profile_schedule(args: dict[str, Any]) -> dict[str, int]:
+    """The --profile schedule of a cell with these trainer arguments."""
+    return {"wait": int(args.get("throughput_warmup_steps") or 0), **PROFILE_STEPS}
+
+
 def _references_for(variant: Variant, accelerator: str) -> list[Reference]:
     profile = accelerators.get(accelerator)
     keys = set(profile.device_names)
@@ -161,9 +173,11 @@ def expand(
     nodes: int | None = None,
     id_suffix: str = "",
     data: dict[str, str] | None = None,
+    profiled: bool = False,
 ) -> list[Cell]:
     """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first.
-    `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes."""
+    `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes.
+    `profiled`: trace a few steps of each cell (so does a scale that says `profile: true`)."""
     profile = accelerators.get(accelerator)
     if scale not in recipe.scales:
         raise ReprokitError(f"unknown scale {scale!r}; known scales: {', '.join(recipe.scales)} (or auto)")
@@ -195,6 +209,9 @@ def expand(
         args.update(variant.args)
         args.update(scale_def.args)
         used = apply_data(recipe, args, data or {})
+        schedule = profile_schedule(args) if profiled or scale_def.profile else None
+        if schedule:
+            args["profile"] = schedule
         wrong = arguments.problems(recipe.trainer, args)
         if wrong:
             raise ReprokitError(f"{path}: variant {variant.name} ({scale}, {profile.name}): {wrong[0]}")
@@ -234,6 +251,7 @@ def expand(
                 roles=arguments.roles(recipe.trainer),
                 published_stack=dict(recipe.published_software.stack) if recipe.published_software else {},
                 published_stack_source=recipe.published_software.source if recipe.published_software else None,
+                profile=schedule,
             )
         )
     return _dependency_order(cells)

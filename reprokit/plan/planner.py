@@ -96,7 +96,9 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
             for repeat in range(1, request.repeat + 1):
                 # Repetition k of a cell reads repetition k of the cell it needs (same suffix).
                 again = f"{suffix}--r{repeat}" if request.repeat > 1 else suffix
-                for cell in expand(recipe, name, accelerator, scale, wanted, devices, count, again, real_data):
+                for cell in expand(
+                    recipe, name, accelerator, scale, wanted, devices, count, again, real_data, request.profile
+                ):
                     cell.repeat, cell.repeats = repeat, request.repeat
                     cell.series_id = cell_id(cell.recipe, cell.variant, suffix)
                     found.append(cell)

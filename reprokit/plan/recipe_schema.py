@@ -199,6 +199,8 @@ class Scale(Strict):
     architecture: dict[str, Any] | None = None
     variants: list[str] | None = None
     notes: list[str] = Field(default_factory=list)
+    # Trace every cell of this scale with torch.profiler, as `inv reproduce --profile` does.
+    profile: bool = False
 
 
 class Recipe(Strict):

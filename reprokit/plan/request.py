@@ -31,3 +31,5 @@ class Request:
     data: dict[str, str] = field(default_factory=dict)
     # Runs of each cell (--repeat N): results give their median and spread.
     repeat: int = 1
+    # --profile: every cell traces a few steps with torch.profiler.
+    profile: bool = False

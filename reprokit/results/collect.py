@@ -18,7 +18,7 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.results import records, verdicts
+from reprokit.results import explain, records, verdicts
 from reprokit.run import rundirs, session
 
 COLUMNS = [
@@ -70,6 +70,8 @@ COLUMNS = [
     "peak_memory_bytes",
     "flops_per_sample",
     "mfu",
+    # Where the window's time went, the energy per sample, the trace (explain.py).
+    *explain.COLUMNS,
     "data",
     "image_id",
     "kit_revision",
@@ -187,6 +189,7 @@ def row(run_dir: Path) -> dict[str, Any]:
         "peak_memory_bytes": extra.get("peak_memory_bytes"),
         "flops_per_sample": extra.get("flops_per_sample"),
         "mfu": extra.get("mfu") if ok else None,
+        **(explain.columns(extra, run_dir) if ok else {}),
         "data": ";".join(f"{k}={v}" for k, v in cell.data.items()) or None,
         "image_id": sysinfo.image_id,
         "kit_revision": cell.kit_revision,
@@ -299,6 +302,8 @@ def aggregate(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 found = [r["measurements"][name] for r in done if r["measurements"].get(name) is not None]
                 agg[f"measured_{name}"] = _median(found) if found else None
                 agg["measurements"] = {**agg["measurements"], name: agg[f"measured_{name}"]}
+            per_joule = [r["samples_per_joule"] for r in done if r.get("samples_per_joule") is not None]
+            agg["samples_per_joule"] = _median(per_joule) if per_joule else None
             reasons = list(
                 dict.fromkeys(x for r in done for x in (r.get("verdict_reasons") or "").split("; ") if x)
             )

@@ -1,6 +1,6 @@
 """Compare two sessions: per cell, the second's number over the first's, a verdict that accounts for the
-spread of repeated runs, and what changed between them (image, kit, recipe, driver, CUDA, torch,
-device, clocks, power cap, node).
+spread of repeated runs, the same for samples per joule where both measured energy, and what changed
+between them (image, kit, recipe, driver, CUDA, torch, device, clocks, power cap, node).
 
     inv compare previous latest --fail-on-regression 5     # CI of an image build: exit 1 on a regression
 """
@@ -28,6 +28,9 @@ class CellComparison:
     verdict: str
     why: str = ""
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # Samples per joule, B over A, and its verdict (the same threshold; energy has no spread to read).
+    energy_ratio: float | None = None
+    energy_verdict: str = NOT_COMPARED
 
 
 def _range(row: dict[str, Any]) -> tuple[float, float]:
@@ -61,6 +64,17 @@ def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float
     return ratio, (IMPROVED if ratio > 1 else REGRESSED), ""
 
 
+def judge_energy(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float | None, str]:
+    """(B/A samples per joule, verdict): compared only where both runs measured energy."""
+    a_value, b_value = a.get("samples_per_joule"), b.get("samples_per_joule")
+    if not a_value or not b_value:
+        return None, NOT_COMPARED
+    ratio = b_value / a_value
+    if abs(ratio - 1) <= threshold:
+        return ratio, SAME
+    return ratio, IMPROVED if ratio > 1 else REGRESSED
+
+
 def compare(
     results: Path, first: str, second: str, threshold: float = 0.05
 ) -> tuple[Path, Path, list[CellComparison]]:
@@ -78,7 +92,10 @@ def compare(
             )
             continue
         ratio, verdict, why = judge(a, b, threshold)
-        found.append(CellComparison(cell_id, a, b, ratio, verdict, why, changes(a, b)))
+        energy_ratio, energy_verdict = judge_energy(a, b, threshold)
+        found.append(
+            CellComparison(cell_id, a, b, ratio, verdict, why, changes(a, b), energy_ratio, energy_verdict)
+        )
     return a_dir, b_dir, found
 
 
@@ -100,7 +117,8 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
 
     styles = {REGRESSED: "red", IMPROVED: "green", SAME: "", NOT_COMPARED: "yellow"}
     view = Table(title=f"A = {first.name}, B = {second.name} (per device)")
-    for column in ("cell", "A", "B", "B/A", "verdict", "what changed"):
+    energy = any(x.energy_ratio is not None for x in found)
+    for column in ("cell", "A", "B", "B/A", "verdict", *(["samples/J B/A"] if energy else []), "what changed"):
         view.add_column(column, overflow="fold")
     everywhere = _common_changes(found)
     for x in found:
@@ -110,7 +128,11 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         verdict = x.verdict + (f" ({x.why})" if x.why else "")
         style = styles.get(x.verdict, "")
         own = "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in x.changed.items() if k not in everywhere)
-        view.add_row(x.cell_id, a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict, own or "-")
+        per_joule = "-" if x.energy_ratio is None else f"{x.energy_ratio:.3f} {x.energy_verdict}"
+        view.add_row(
+            x.cell_id, a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
+            *([per_joule] if energy else []), own or "-",
+        )  # fmt: skip
     console = Console(width=200)
     console.print(view)
     if everywhere:

@@ -14,11 +14,14 @@ from reprokit.results.plots import Plot
 
 @dataclass
 class Block:
-    kind: str  # h1, h2, h3, p, note, table, plot, pre
+    kind: str  # h1, h2, h3, p, note, table, plot, pre, link
     text: str = ""
     headers: list[str] | None = None
     rows: list[list[str]] | None = None
     plot: Plot | None = None
+    # A link: `text` points at `href` (relative to the report's folder); `tail` is the sentence after it.
+    href: str = ""
+    tail: str = ""
 
 
 def _md_cell(text: str) -> str:
@@ -38,6 +41,8 @@ def markdown(blocks: list[Block]) -> str:
             lines += ["```", block.text, "```", ""]
         elif block.kind == "plot" and block.plot is not None:
             lines += [f"![{block.plot.title}]({block.plot.name})", ""]
+        elif block.kind == "link":
+            lines += [f"[{block.text}]({block.href}){block.tail}", ""]
         elif block.kind == "table":
             headers, rows = block.headers or [], block.rows or []
             lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
@@ -110,6 +115,8 @@ def html(title: str, blocks: list[Block]) -> str:
             parts.append(f"<pre>{escape(block.text)}</pre>")
         elif block.kind == "plot" and block.plot is not None:
             parts.append(f"<figure>{_embed(block.plot)}</figure>")
+        elif block.kind == "link":
+            parts.append(f'<p><a href="{escape(block.href)}">{escape(block.text)}</a>{escape(block.tail)}</p>')
         elif block.kind == "table":
             head = "".join(f"<th>{escape(h)}</th>" for h in block.headers or [])
             body = "".join(

@@ -1,4 +1,5 @@
-"""The report's plots (PNG, matplotlib's Agg backend): throughput beside the published bars, the
+"""The report's plots (PNG, matplotlib's Agg backend): throughput beside the published bars, where
+each cell's measured window went (data wait, compute, communication, other), samples per joule, the
 training curves, and the speedup ladder.
 
 matplotlib is imported only when a plot is drawn, so `inv --list` stays instant. The curves come
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reprokit.results import verdicts
+from reprokit.results import explain, verdicts
 from reprokit.run import rundirs
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
 PUBLISHED_COLORS = ["#9dc3e6", "#f4b183", "#a9d18e", "#d9d9d9", "#ffd966"]
+# One color per share of a step's time, the same in every recipe's breakdown.
+SHARE_COLORS = {"data_wait": "#c55a11", "compute": "#1f4e79", "communication": "#7f6000", "other": "#bfbfbf"}
 DPI = 100
 
 
@@ -192,6 +195,64 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
     return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
 
 
+def breakdown_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+    """A stacked bar per cell: the shares of its measured window, in the throughput plot's order, with
+    the cell's measured figure per device above it."""
+    timed = [r for r in rows if explain.shares(r)]
+    if not timed:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(timed) + 2), 4.2))
+    xs = range(len(timed))
+    bottoms = [0.0] * len(timed)
+    for share in explain.SHARES:
+        values = [explain.shares(r).get(share, 0.0) for r in timed]
+        if not any(values):
+            continue
+        bars = ax.bar(xs, values, 0.6, bottom=bottoms, label=explain.SHORT[share], color=SHARE_COLORS[share],
+                      edgecolor="black", linewidth=0.4)  # fmt: skip
+        ax.bar_label(bars, labels=[f"{v:.0%}" if v >= 0.05 else "" for v in values], label_type="center",
+                     fontsize=7, color="white" if share != "other" else "black")  # fmt: skip
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
+    for x, r in zip(xs, timed, strict=True):
+        if r.get("measured_per_device") is not None:
+            ax.annotate(f"{r['measured_per_device']:.3g} {unit}", (x, 1.01), ha="center", fontsize=7)
+    ax.set_xticks(list(xs), [r["variant"] for r in timed], rotation=20, ha="right")
+    ax.set_ylim(0, 1.1)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    ax.set_ylabel("share of the measured window")
+    ax.set_title(f"{recipe}: where each cell's time went (per device figure above)", fontsize=10)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    name = f"breakdown-{slug(recipe)}.png"
+    caption = (
+        "Each cell's measured window (after its warm-up) split by the trainer's meter, rank 0: the wait for "
+        "the next batch, the steps' own time, a DDP all-reduce in flight (multi-device runs), and the rest. "
+        "A share the trainer could not time is left out, not drawn as zero."
+    )
+    return Plot(recipe, name, f"{recipe}: where the time went", caption, save(fig, session_dir, name))
+
+
+def energy_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+    """Samples per joule per cell, where the hardware reported energy."""
+    measured = [r for r in rows if r.get("samples_per_joule")]
+    if not measured:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(measured) + 2), 3.8))
+    bars = ax.bar(range(len(measured)), [r["samples_per_joule"] for r in measured], 0.6, color=MEASURED_COLOR,
+                  edgecolor="black", linewidth=0.4)  # fmt: skip
+    ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
+    ax.set_xticks(range(len(measured)), [r["variant"] for r in measured], rotation=20, ha="right")
+    ax.set_ylabel("samples per joule")
+    ax.set_title(f"{recipe}: samples per joule (measured window)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    name = f"energy-{slug(recipe)}.png"
+    sources = sorted({str(r.get("energy")) for r in measured})
+    caption = f"The samples of the measured window over the energy its devices drew: {'; '.join(sources)}."
+    return Plot(recipe, name, f"{recipe}: samples per joule", caption, save(fig, session_dir, name))
+
+
 def _device_label(rows: list[dict[str, Any]]) -> str:
     names = sorted({str(r.get("device_name") or r.get("device") or "this machine") for r in rows})
     worlds = sorted({int(r.get("world_size") or 1) for r in rows})
@@ -272,13 +333,13 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
 def draw(session_dir: Path, table: list[dict[str, Any]]) -> list[Plot]:
     """Every plot of a session, written as PNG files into its folder (old ones removed first)."""
     for old in session_dir.glob("*.png"):
-        if old.name.startswith(("throughput-", "curves-", "ladder-")):
+        if old.name.startswith(("throughput-", "breakdown-", "energy-", "curves-", "ladder-")):
             old.unlink()
     plots: list[Plot] = []
     recipes = list(dict.fromkeys(r["recipe"] for r in table if r.get("recipe")))
     for recipe in recipes:
         rows = [r for r in table if r.get("recipe") == recipe]
-        for maker in (throughput_plot, ladder_plot, curves_plot):
+        for maker in (throughput_plot, breakdown_plot, energy_plot, ladder_plot, curves_plot):
             plot = maker(session_dir, recipe, rows)
             if plot is not None:
                 plots.append(plot)

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from reprokit.invocation import command
 from reprokit.plan.definitions import DEFINITIONS
-from reprokit.results import collect, pages, stacks, verdicts
+from reprokit.results import collect, explain, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.run import session
@@ -104,6 +104,7 @@ DETAIL_HEADERS = [
     "nodes",
     "scaling efficiency",
     "MFU",
+    "samples/J",
     "wall time",
     "peak memory",
 ]
@@ -142,6 +143,7 @@ def _detail(r: dict[str, Any]) -> list[str]:
         # Per device over the single-node run of the same cell in this session (1.0: linear).
         _fmt(r.get("scaling_efficiency")),
         _percent(r.get("mfu")),
+        _fmt(r.get("samples_per_joule"), 3),
         _seconds(r.get("wall_time_s")),
         _bytes(r.get("peak_memory_bytes")),
     ]
@@ -183,6 +185,9 @@ def publication_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
         ["measured / published", *(_ratio(r.get("ratio_per_device")) for r in rows)],
         ["verdict", *(verdicts.verdict_text(r) for r in rows)],
     ]
+    if any(r.get("samples_per_joule") for r in rows):
+        body.append(["measured samples/J", *(_fmt(r.get("samples_per_joule"), 3) for r in rows)])
+
     def of_group(text: Callable[[dict[str, Any]], str]) -> list[str]:
         return ["-" if r.get("beyond") else text(r) for r in rows]
 
@@ -276,6 +281,9 @@ def blocks(session_dir: Path, table: list[dict[str, Any]], plots: list[Plot]) ->
         for plot in plots:
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
+                if plot.name.startswith("breakdown-"):
+                    out += [Block(**line._asdict()) for line in explain.reading(rows)]
+        out += [Block(**line._asdict()) for line in explain.energy_and_traces(rows)]
     out += [
         Block("h2", "All cells"),
         Block("table", headers=DETAIL_HEADERS, rows=[_detail(r) for r in table]),

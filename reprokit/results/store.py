@@ -32,7 +32,8 @@ NUMBERS = {"devices", "world_size", "nodes", "batch_per_device", "workers", "max
 TEXT = {"recipe", "variant", "group", "scale", "accelerator", "device_name", "device", "unit", "definition",
         "reference_source", "normalization", "verdict", "verdict_reasons", "quality_departures", "speedup_reference_device",
         "speedup_verdict", "speedup_verdict_reasons", "status", "error", "data", "image_id", "kit_revision",
-        "recipe_hash", "torch", "transformers", "timm", "started_at", "finished_at", "cell_id", "session"}  # fmt: skip
+        "recipe_hash", "torch", "transformers", "timm", "started_at", "finished_at", "cell_id", "session",
+        "energy", "trace"}  # fmt: skip
 NESTED = ("provenance", "repetitions", "measurements")
 
 

@@ -138,6 +138,8 @@ def _conflicts(saved: dict[str, Any], request: Request) -> list[str]:
         found.append(
             f"--variant {' '.join(request.variants)} (the session ran {' '.join(asked.get('variants') or ['all'])})"
         )
+    if request.profile and not asked.get("profile"):
+        found.append("--profile (the session traced nothing)")
     for key in ("devices", "nodes"):
         given = getattr(request, key)
         if given is not None and given != saved.get(key):

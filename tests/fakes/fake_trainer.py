@@ -46,6 +46,40 @@ def write_events(folder: Path, rows: list[dict]) -> None:
     writer.close()
 
 
+def explain(out: Path, args: argparse.Namespace) -> dict:
+    """summary.json's explaining fields as the real trainers write them (common/breakdown.py, energy.py,
+    profiling.py), from the --fake_* values; with --profile, a Chrome trace of the schedule's steps."""
+    fields: dict = {"energy": "unavailable (fake trainer: no energy source)"}
+    if args.fake_data_wait is not None:
+        shares = {"data_wait": args.fake_data_wait, "compute": round(0.98 - args.fake_data_wait, 4),
+                  "communication": None, "other": 0.02}  # fmt: skip
+        fields["breakdown"] = {**shares, "window_s": 0.04, "steps": 4, "basis": "host clock"}
+    if args.fake_samples_per_joule is not None:
+        joules = 16 / args.fake_samples_per_joule
+        fields.update(
+            energy={"source": "RAPL", "method": "package energy counters", "of": "CPU package-0 (fake)"},
+            energy_joules=joules, samples_per_joule=args.fake_samples_per_joule, power_mean_w=joules / 0.04,
+        )  # fmt: skip
+    if args.profile is not None:
+        import gzip
+
+        plan = json.loads(args.profile)
+        first = plan["wait"] + plan["warmup"] + 1
+        steps = list(range(first, first + plan["active"]))
+        events = [{"ph": "X", "name": f"ProfilerStep#{n}", "ts": n * 1000, "dur": 900, "pid": 1, "tid": 1}
+                  for n in steps]  # fmt: skip
+        (out / "profile").mkdir(exist_ok=True)
+        (out / "profile" / "rank0.pt.trace.json.gz").write_bytes(
+            gzip.compress(json.dumps({"traceEvents": events}).encode())
+        )
+        fields["profile"] = {
+            "schedule": plan,
+            "steps": [steps[0], steps[-1]],
+            "trace": "profile/rank0.pt.trace.json.gz",
+        }
+    return fields
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--output_dir", required=True)
@@ -58,7 +92,12 @@ def main() -> int:
     parser.add_argument(
         "--fake_linger", type=float, default=0.0, help="stay alive this long after writing summary.json"
     )
-    parser.add_argument("--data_dir", default=None, help="real data: what the trainer finds there is recorded")
+    parser.add_argument(
+        "--data_dir", default=None, help="real data: what the trainer finds there is recorded"
+    )
+    parser.add_argument("--fake_data_wait", type=float, default=None, help="the window's share spent on data")
+    parser.add_argument("--fake_samples_per_joule", type=float, default=None, help="samples/J to report")
+    parser.add_argument("--profile", default=None, help="a schedule: write a trace of its active steps")
     args, _ = parser.parse_known_args()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +105,9 @@ def main() -> int:
     (out / "fake.pid").write_text(str(os.getpid()))
     print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
     if args.data_dir:
-        found = sorted(str(p.relative_to(args.data_dir)) for p in Path(args.data_dir).rglob("*") if p.is_file())
+        found = sorted(
+            str(p.relative_to(args.data_dir)) for p in Path(args.data_dir).rglob("*") if p.is_file()
+        )
         write_json_atomic(out / "seen_data.json", {"data_dir": args.data_dir, "files": found})
     write_json_atomic(
         out / "sysinfo.json",
@@ -115,6 +156,7 @@ def main() -> int:
         marker.touch()
     while hang:  # until the kit stops it (a timeout, an interrupt)
         time.sleep(0.05)
+    explained = explain(out, args)
     write_json_atomic(
         out / "summary.json",
         {
@@ -137,6 +179,7 @@ def main() -> int:
             "num_nodes": 1,
             "peak_memory_bytes": 123 * 2**20,
             "finished_at": time.strftime(TIME_FORMAT),
+            **explained,
         },
     )
     # A real trainer still tears down (process groups, loader workers) after its last write.

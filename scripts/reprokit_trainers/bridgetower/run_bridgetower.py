@@ -79,7 +79,7 @@ from .fastimage import (
     published_transform,
 )
 from .gaudi import SetupError
-from .throughput import StepSamples, definitions, throughput_callback
+from .throughput import StepSamples, definitions, throughput_callback, timed_trainer
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -1007,8 +1007,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         training_args.per_device_train_batch_size * world_size * training_args.gradient_accumulation_steps
     )
     samples = StepSamples(world_size)
-    throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples)
-    trainer = trainer_class(base, samples, bench.image_pipeline == "gpu_decode", image_size)(
+    throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples, bench.profile)
+    timed = timed_trainer(base, throughput)  # the wait for each step's batches, DDP's all-reduce
+    trainer = trainer_class(timed, samples, bench.image_pipeline == "gpu_decode", image_size)(
         model=model,
         args=training_args,
         train_dataset=splits.get("train"),

@@ -12,6 +12,13 @@
   count less warm-up steps x global batch, over the time from the start of the first step after the
   warm-up to the end of training. GaudiTrainer's own figure when it ran; otherwise the kit applies
   the formula to its meter's after-warm-up time.
+
+The meter's breakdown (common/breakdown.py) times the Trainer's own fetch of each step's batches
+(``timed_trainer``): ``get_batch_samples`` in transformers' Trainer, ``get_batch_samples_transformers``
+in GaudiTrainer, the calls that take the step's micro-batches from the epoch's iterator. That covers
+the loader (its workers, or the main process with none), collation and accelerate's copy of the batch
+to the device; the Trainer's bookkeeping around a step is ``other``. The same subclass hands the DDP
+model to the breakdown before the first step, to time its gradient all-reduce.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.steps import instruments
 
 
 class StepSamples:
@@ -42,9 +50,10 @@ class StepSamples:
         return rows * self.world_size
 
 
-def throughput_callback(run_dir: RunDir, warmup_steps: int, samples: StepSamples):
+def throughput_callback(run_dir: RunDir, warmup_steps: int, samples: StepSamples, profile: str | None = None):
     """A TrainerCallback that feeds a ThroughputMeter the samples each step really held; the Trainer's
-    logging steps and its last step are the meter's boundaries (where it reads the clock)."""
+    logging steps and its last step are the meter's boundaries (where it reads the clock). ``profile``:
+    the --profile value, traced over the training steps."""
     from transformers import TrainerCallback
 
     class ThroughputCallback(TrainerCallback):
@@ -54,7 +63,11 @@ def throughput_callback(run_dir: RunDir, warmup_steps: int, samples: StepSamples
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.meter = ThroughputMeter(warmup_steps=warmup_steps, total_steps=state.max_steps or None)
+            self.meter.attach(*instruments(run_dir, warmup_steps, profile))
             samples.take()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.meter.finish()  # evaluation and prediction are outside the window
 
         def on_step_end(self, args, state, control, **kwargs):
             # The Trainer logs at these steps (and reads the loss there anyway): the meter's boundaries.
@@ -74,6 +87,30 @@ def throughput_callback(run_dir: RunDir, warmup_steps: int, samples: StepSamples
                 )
 
     return ThroughputCallback()
+
+
+def timed_trainer(base: type, callback: Any) -> type:
+    """``base`` (a Trainer class) with the fetch of each step's batches timed by ``callback``'s meter,
+    and its DDP model watched for the gradient all-reduce (see the module docstring)."""
+
+    class TimedTrainer(base):
+        _watched = False
+
+        def get_batch_samples(self, *args, **kwargs):  # transformers' Trainer
+            with callback.meter.breakdown.waiting_for_data():
+                return super().get_batch_samples(*args, **kwargs)
+
+        def get_batch_samples_transformers(self, *args, **kwargs):  # GaudiTrainer
+            with callback.meter.breakdown.waiting_for_data():
+                return super().get_batch_samples_transformers(*args, **kwargs)
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            if not self._watched:  # the first step: the model is wrapped, no backward has run
+                self._watched = True
+                callback.meter.breakdown.watch(model)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return TimedTrainer
 
 
 def trainer_samples(num_examples: int, num_train_epochs: float, max_steps: int, global_batch: int) -> float:

@@ -16,12 +16,33 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
-from . import schema
+from . import profiling, schema
 
 
 @dataclass
-class MfuArguments:
-    """What every trainer's parser includes to report its model FLOPs utilization (flops.py)."""
+class ProfileArguments:
+    """--profile: trace a few steps with torch.profiler (profiling.py)."""
+
+    profile: str | None = field(
+        default=None,
+        metadata={
+            "help": "trace steps with torch.profiler into profile/ (Kineto JSON, gzipped): a JSON schedule "
+            '{"wait": W, "warmup": N, "active": A} in steps; the bare flag traces 3 steps after the '
+            "throughput warm-up and one more",
+            # The bare flag is the default schedule; the host writes the whole schedule as JSON.
+            "nargs": "?",
+            "const": "{}",
+        },
+    )
+
+    def __post_init__(self) -> None:
+        profiling.schedule(self.profile)  # a schedule that is not one: ValueError, one line
+
+
+@dataclass
+class MfuArguments(ProfileArguments):
+    """What every trainer's parser includes to report its model FLOPs utilization (flops.py), and
+    (ProfileArguments) to trace steps on request."""
 
     device_peak_tflops: float | None = field(
         default=None,
@@ -32,6 +53,7 @@ class MfuArguments:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.device_peak_tflops is not None and not self.device_peak_tflops > 0:
             raise ValueError(f"--device_peak_tflops {self.device_peak_tflops}: a peak is a positive TFLOP/s")
 

@@ -13,6 +13,10 @@ each definition the trainer can measure under ``throughput`` (the contract's ``d
 ``after_warmup``, ``whole_run``, ``gaudi_trainer``), what the run did other than its publication
 under ``departures`` (each with its kind), the switches that were in effect and the software that
 ran, so the host judges like with like and never gives a verdict on a run that did something else.
+It also explains the figure: where the
+measured window's time went (``breakdown``, breakdown.py), the energy the devices drew in it
+(``energy_joules``, ``samples_per_joule``, energy.py) and, on request, a trace (``profile``,
+profiling.py).
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ from typing import Any
 import torch
 
 from . import hardware
+from .breakdown import Breakdown
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
+from .energy import EnergyMeter
+from .profiling import StepProfiler
 
 
 def now_iso() -> str:
@@ -122,6 +129,10 @@ class ThroughputMeter:
     steps and the last step). In between the host runs ahead and queues the next steps, as it does
     in the published scripts (a per-step sync would stall Gaudi's lazy mode). The figures are
     exact at the last boundary: samples counted up to it, over the time up to it.
+
+    The breakdown of each step's time is always kept (its readings wait for nothing until a boundary);
+    an energy meter and a profiler are attached on request (``attach``) and follow the same steps and
+    boundaries, so every figure covers the same window.
     """
 
     warmup_steps: int
@@ -138,6 +149,17 @@ class ThroughputMeter:
     marked_measured_samples: int = 0
     _interval_samples: int = 0
     _interval_start: float | None = None
+    breakdown: Breakdown = field(default_factory=Breakdown)
+    energy: EnergyMeter | None = None
+    profiler: StepProfiler | None = None
+
+    def attach(self, energy: EnergyMeter | None = None, profiler: StepProfiler | None = None) -> None:
+        """Start an energy meter and a profiler on this meter's steps (before the first step)."""
+        if energy is not None:
+            self.energy = energy.start(window_starts=self.warmup_steps <= 0)
+        if profiler is not None:
+            self.profiler = profiler
+            profiler.start()
 
     def step_end(self, global_samples: int, boundary: bool = False) -> None:
         """One optimizer step ended; ``boundary``: a step whose time is read (logging, last)."""
@@ -145,12 +167,18 @@ class ThroughputMeter:
         self.samples += global_samples
         if self.steps > self.warmup_steps:
             self.measured_samples += global_samples
+        self.breakdown.step_end(measured=self.steps > self.warmup_steps)
+        if self.profiler is not None:
+            self.profiler.step()
         if self.steps == self.warmup_steps or boundary:
             self._mark()
 
     def _mark(self) -> None:
         _synchronize()
         now = time.perf_counter()
+        self.breakdown.resolve()
+        if self.energy is not None:
+            self.energy.mark(now, window_start=self.steps == self.warmup_steps)
         if self.steps == self.warmup_steps:
             # The steady-state clock starts at the end of the last warm-up step.
             self.measured_start = now
@@ -190,6 +218,27 @@ class ThroughputMeter:
         if self.last_time is None or self.marked_samples == 0:
             return None
         return figure(self.marked_samples, max(self.last_time - self.start, 1e-9), f"steps 1-{self.marked_steps}")
+
+    def finish(self) -> None:
+        """Stop the energy meter's thread and the profiler (idempotent): the window is over."""
+        if self.energy is not None:
+            self.energy.stop()
+        if self.profiler is not None:
+            self.profiler.stop()
+
+    def explained(self, run_dir: Path) -> dict[str, Any]:
+        """What summary.json says of where the measured window's time and energy went, and its trace."""
+        steady = self.after_warmup()
+        seconds = steady["seconds"] if steady else None
+        first = self.warmup_steps + 1
+        fields: dict[str, Any] = {
+            "breakdown": self.breakdown.summary(seconds, f"steps {first}-{self.marked_steps}, rank 0"),
+        }
+        if self.energy is not None:
+            fields.update(self.energy.summary(self.marked_measured_samples))
+        if self.profiler is not None:
+            fields["profile"] = self.profiler.summary(run_dir)
+        return fields
 
 
 def figure(samples: float, seconds: float, counted: str) -> dict[str, Any]:
@@ -287,6 +336,7 @@ class RunDir:
     ) -> dict[str, Any] | None:
         """Append one throughput.csv row and the matching TensorBoard scalars."""
         samples, seconds = meter.interval()
+        shares = meter.breakdown.take_interval(seconds)
         if not self.main:
             return None
         row = {
@@ -298,6 +348,8 @@ class RunDir:
             "samples_per_second": round(samples / seconds, 3),
             "loss": None if loss is None else float(loss),
             "learning_rate": learning_rate,
+            "interval_s": round(seconds, 6),
+            **shares,
         }
         if self._writer is None:
             self._csv = open(self.path / FILES["throughput"], "w", newline="")  # noqa: SIM115 -- kept open across steps, closed in write_summary
@@ -335,12 +387,17 @@ class RunDir:
         figure, GaudiTrainer's); they replace the meter's of the same name. ``extra``: the switches
         in effect (``loader``, ``mediapipe``, ``torch_compile``, ...) and anything else worth keeping.
         """
+        meter.finish()
         if not self.main:
             return None
         if self._csv is not None:
             self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        if meter.profiler is not None:
+            profiled = meter.profiler.departure(meter.warmup_steps + 1, meter.marked_steps)
+            if profiled:
+                self.depart(profiled, THROUGHPUT)
         peak_bytes, peak_of = peak_memory()
         figures = {"after_warmup": meter.after_warmup(), "whole_run": meter.whole_run(), **(throughput or {})}
         summary: dict[str, Any] = {
@@ -360,6 +417,7 @@ class RunDir:
             "peak_memory_bytes": peak_bytes,
             "peak_memory_of": peak_of,
             "finished_at": now_iso(),
+            **meter.explained(self.path),
         }
         summary.update(extra)
         write_json_atomic(self.path / FILES["summary"], summary)

@@ -5,15 +5,22 @@ The logger feeds a ``ThroughputMeter`` every optimizer step and, on logging step
 throughput.csv row with its TensorBoard scalars (rundir.py). BridgeTower runs transformers' Trainer
 and feeds the same meter from a callback (bridgetower/throughput.py) that counts the samples each
 step really held: a full global batch per step would overcount a partial last batch.
+
+The loop hands the logger its loader (``batches``) and its wrapped model (``watch``), so the meter's
+breakdown can time the wait for each batch and the gradient all-reduce (breakdown.py); rank 0 samples
+its node's energy over the measured window (energy.py); ``--profile`` traces a few steps (profiling.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
-from .distributed import is_main_process, log, reduce_mean
+from . import profiling
+from .distributed import accelerator_device, global_rank, is_main_process, log, reduce_mean, world_size
+from .energy import EnergyMeter, local_ranks
 from .rundir import RunDir, ThroughputMeter
 
 
@@ -23,6 +30,7 @@ class StepLogger:
     Every step feeds the meter. On logging steps (every ``logging_steps``, and the last one) the loss
     is averaged over ranks, a throughput.csv row is appended, ``train/loss`` and
     ``train/learning_rate`` go to ``tensorboard/train`` and one line is printed (rank 0).
+    ``profile``: the --profile value (a JSON schedule, checked when it was parsed), or None.
     """
 
     def __init__(
@@ -32,9 +40,11 @@ class StepLogger:
         global_batch: int,
         logging_steps: int,
         total_steps: int | None = None,
+        profile: str | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.meter = ThroughputMeter(warmup_steps=warmup_steps, total_steps=total_steps)
+        self.meter.attach(*instruments(run_dir, warmup_steps, profile))
         self.global_batch = global_batch
         self.logging_steps = logging_steps
         self.last_loss: float | None = None
@@ -43,6 +53,14 @@ class StepLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(run_dir.tensorboard_dir / "train"))
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """The loader's batches, the wait for each timed (iterate this instead of the loader)."""
+        return self.meter.breakdown.batches(loader)
+
+    def watch(self, model: Any) -> None:
+        """Time the gradient all-reduce of the wrapped model (DDP), before its first step."""
+        self.meter.breakdown.watch(model)
 
     def step(self, step: int, epoch: float, lr: float, loss: torch.Tensor, last: bool = False) -> None:
         """Call once per optimizer step, on every rank: ``last`` marks the final step of the run."""
@@ -67,5 +85,22 @@ class StepLogger:
         return {"final_loss": self.last_loss}
 
     def close(self) -> None:
+        self.meter.finish()
         if self.writer is not None:
             self.writer.close()
+
+
+def instruments(
+    run_dir: RunDir, warmup_steps: int, profile: str | None
+) -> tuple[EnergyMeter | None, profiling.StepProfiler | None]:
+    """What a meter carries beside its clock: rank 0's energy meter, and every rank's profiler when
+    ``profile`` asks for one."""
+    energy = None
+    if is_main_process():
+        energy = EnergyMeter.for_this_machine(accelerator_device().type, local_ranks(), world_size())
+    profiler = None
+    given = profiling.schedule(profile)
+    if given is not None:
+        plan = profiling.complete(given, warmup_steps)
+        profiler = profiling.StepProfiler(plan, run_dir.path, global_rank())
+    return energy, profiler

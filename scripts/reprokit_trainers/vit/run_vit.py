@@ -411,7 +411,7 @@ def train(
         lr = pycls_lr(epoch, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        for index, batch in enumerate(loader):
+        for index, batch in enumerate(logger.batches(loader)):
             pixels = batch["pixel_values"]
             if pixels.dtype == torch.uint8:  # the kit's path: a quarter of the bytes, normalized here
                 images = normalize(pixels.to(device, non_blocking=True)).to(prec.model_dtype)
@@ -507,8 +507,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch,
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(loader)),
+        profile=device_args.profile,
     )
     seen: dict[str, str] = {}
+    logger.watch(model)
     train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
     logger.close()
     # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).

@@ -610,6 +610,7 @@ def train_loop(
         train_args.ddp_schedule,
         device,
     )
+    logger.watch(forward)
     forward.train()
     optimizer = build_optimizer(model, train_args, lr)
     scheduler, total_epochs = build_scheduler(optimizer, train_args)
@@ -631,7 +632,7 @@ def train_loop(
     done = False
     while not done and epoch < total_epochs:
         imagenet.set_epoch(run.loader, epoch)
-        for index, batch in enumerate(run.loader):
+        for index, batch in enumerate(logger.batches(run.loader)):
             if gpu_decode is not None:
                 images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
             else:
@@ -790,6 +791,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         global_batch,
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(run.loader)),
+        profile=device_args.profile,
     )
     trained = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
