@@ -18,7 +18,7 @@ from typing import Any
 
 from reprokit.plan import accelerators
 from reprokit.results import verdicts, records
-from reprokit.run import rundirs, session
+from reprokit.run import files, rundirs, session
 from reprokit.errors import ReprokitError
 
 
@@ -342,9 +342,7 @@ def csv_text(table: list[dict[str, Any]]) -> str:
 
 def write_atomic(path: Path, text: str) -> None:
     # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    files.write_text(path, text)
 
 
 def _gather_tensorboard(session_dir: Path) -> None:

@@ -74,7 +74,7 @@ def run_cell(
                 ended, reason = handle.stop(), "timeout"
                 break
             if progress is not None:
-                progress(rundirs.last_throughput(run_dir) or handle.describe(elapsed))
+                progress(handle.describe(elapsed))
             time.sleep(handle.poll_seconds)
     except KeyboardInterrupt:
         stopped = handle.stop()

@@ -64,6 +64,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tensorboard").mkdir(exist_ok=True)
     (out / "fake.pid").write_text(str(os.getpid()))
+    # Exactly what it was started with: what a rendered script passed, word for word.
+    write_json_atomic(out / "argv.json", {"argv": sys.argv[1:]})
     print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
     if args.data_dir:
         found = sorted(str(p.relative_to(args.data_dir)) for p in Path(args.data_dir).rglob("*") if p.is_file())
