@@ -81,9 +81,12 @@ def write_bytes(path: Path, data: bytes, mode: int = FILE_MODE) -> Path:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # Named for the file being written, not its temporary twin (which is gone).
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     return path
 
