@@ -8,7 +8,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
   Yorker cartoons' sizes and bytes, common/synthetic.py), each with its largest difference from
   the published output;
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
-  `reprokit` (which must not import torch).
+  `reprokit` (which must not import torch);
+- `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py).
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
 flops_per_sample) and the model FLOPs utilization the published figures imply.
@@ -279,6 +280,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[2], help="loader worker counts to measure")
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
     parser.add_argument(
+        "--only", choices=["history"], help="run one section of the CPU suite (make bench ARGS='--only history')"
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="with --gpu: print each cell's run.sh (arguments checked) and run nothing",
@@ -295,6 +299,9 @@ def main() -> None:
             rows, "GPU throughput (real training steps, one device) beside the published per-device figure"
         )
         print(f"wrote {_write(rows, 'gpu')} (run directories in {gpu.RUNS})")
+        return
+    if args.only == "history":
+        _history()
         return
     rows = data_path(args.images, args.repeats, args.workers)
     _print(rows, "BridgeTower data path: JPEG bytes -> tensors (one core unless workers > 0)")
@@ -317,6 +324,21 @@ def main() -> None:
         )
     # The headline: the kit's fastest CPU path (fast IDCT, then the published resample) against the published one.
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
+    _history()
+
+
+def _history() -> None:
+    from benchmarks import history
+
+    rows = history.run()
+    _print(rows, "inv history over a results folder of N sessions (wall time as a user runs it, best of 3)")
+    print(f"wrote {_write(rows, 'history')}")
+    for r in rows:
+        limit = f" (table limit {r['limit_s']:.0f} s: {r['within']})" if r["limit_s"] != "" else ""
+        print(
+            f"history: {r['sessions']:,} sessions: table in {r['table_s']:.2f} s, with history.html and its plots "
+            f"{r['with_plots_s']:.2f} s, peak {r['peak_rss_mib']:.0f} MiB{limit}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 
 from reprokit.results import pages, store
 from reprokit.results.pages import Block
-from reprokit.results.plots import Plot
+from reprokit.results.plots import DPI, Plot
 from reprokit.run import files, session
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "host", "measured_per_device", "spread",
@@ -91,11 +91,13 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
     5,000 sessions read as a line, and sessions on two hosts interleave as they happened); returns
     the figure and how many series the legend leaves out."""
     from matplotlib import dates
+    from matplotlib.figure import Figure
 
-    from reprokit.results.plots import pyplot
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3.4))
+    # A Figure of its own (no pyplot state to close); fixed margins instead of a tight layout, which
+    # would draw every point twice.
+    fig = Figure(figsize=(8, 3.4), dpi=DPI)
+    fig.subplots_adjust(left=0.09, right=0.98, top=0.9, bottom=0.17)
+    ax = fig.subplots()
     series = sorted(_series(mine).items(), key=lambda kv: -len(kv[1]))
     many = len(mine) > 200
     for index, ((device, host), points) in enumerate(series):
@@ -124,7 +126,7 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
 
 def plots(table: list[dict[str, Any]], folder: Path) -> list[Plot]:
     """Per cell, its per-device figure session after session, as PNG files in `folder`."""
-    from reprokit.results.plots import save, slug
+    from reprokit.results.plots import slug
 
     drawn = []
     for cell_id in dict.fromkeys(r["cell_id"] for r in table):
@@ -136,7 +138,8 @@ def plots(table: list[dict[str, Any]], folder: Path) -> list[Plot]:
         caption = "Error bars: the spread of repeated runs." + (
             f" {unnamed} more device/host series are drawn without a legend entry." if unnamed else ""
         )
-        drawn.append(Plot(cell_id, name, cell_id, caption, save(fig, folder, name)))
+        fig.savefig(folder / name, format="png")
+        drawn.append(Plot(cell_id, name, cell_id, caption, folder / name))
     return drawn
 
 
@@ -193,4 +196,5 @@ def table_text(table: list[dict[str, Any]], width: int = CELL_WIDTH) -> str:
 
 
 def print_table(table: list[dict[str, Any]]) -> None:
-    print(table_text(table))
+    # Flushed: the table is the answer, shown before the page's plots are drawn.
+    print(table_text(table), flush=True)
