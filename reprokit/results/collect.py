@@ -323,7 +323,14 @@ def collect(session_dir: Path) -> list[dict[str, Any]]:
         session_dir / "results.jsonl",
         "".join(json.dumps(_jsonl(r), default=str, sort_keys=True) + "\n" for r in table),
     )
-    _gather_tensorboard(session_dir)
+    try:
+        _gather_tensorboard(session_dir)
+    except OSError as exc:
+        # A copy for convenience (the run directories hold the event files): a full disk must not
+        # cost the report; a half copy is not left to look whole.
+        if not files.is_storage_failure(exc):
+            raise
+        shutil.rmtree(session_dir / "tensorboard", ignore_errors=True)
     return table
 
 

@@ -8,6 +8,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -59,7 +60,12 @@ def main() -> int:
         "--fake_linger", type=float, default=0.0, help="stay alive this long after writing summary.json"
     )
     parser.add_argument("--data_dir", default=None, help="real data: what the trainer finds there is recorded")
+    parser.add_argument("--fake_ignore_term", action="store_true", help="ignore SIGTERM (a trainer that will not stop)")
+    parser.add_argument("--fake_fill", action="store_true", help="after two steps, write until the disk is full")
+    parser.add_argument("--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself")
     args, _ = parser.parse_known_args()
+    if args.fake_ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tensorboard").mkdir(exist_ok=True)
@@ -90,6 +96,14 @@ def main() -> int:
         )
         writer.writeheader()
         for step in range(1, args.fake_steps + 1):
+            if args.fake_fill and step == 3:
+                with open(out / "checkpoint.bin", "wb") as blob:  # a checkpoint bigger than the disk
+                    while True:
+                        blob.write(b"\0" * 65536)
+                        blob.flush()
+            if args.fake_kill_self and step == 3:
+                print(" 50%|█████     | 3/6 [00:01<00:01,  2.95it/s]", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
             if args.fake_crash and step == 3:
                 fh.flush()
                 print("Traceback (most recent call last):", file=sys.stderr)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from reprokit.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell, argv_lines
-from reprokit.run import files, rundirs
+from reprokit.run import files, machinelock, rundirs
 from reprokit.run.handles import Handle, NoOptions
 from reprokit.run.templating import render
 
@@ -59,7 +59,13 @@ class Runtime(ABC):
 
 def run_script(cell: Cell, profile: Profile) -> str:
     return render(
-        JOBS, "run.sh.j2", cell=cell, profile=profile, args=argv_lines(cell.argv())
+        JOBS,
+        "run.sh.j2",
+        cell=cell,
+        profile=profile,
+        args=argv_lines(cell.argv()),
+        lock_dir=str(machinelock.SYSTEM_DIR),
+        lock_name=machinelock.NAME,
     )
 
 
