@@ -134,5 +134,10 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
         raise ReprokitError(f"--to {to}: the kit exports to mlflow")
     from reprokit.results import export_mlflow
 
-    uri, made = export_mlflow.export(_session(session, results), tracking_uri)
-    print(f"{len(made)} runs logged to {uri}" + ("" if made else " (the session was there already)"))
+    done = export_mlflow.export(_session(session, results), tracking_uri)
+    notes = []
+    if done.rolled_back:
+        notes.append(f"{done.rolled_back} unfinished run(s) of an interrupted export deleted and made again")
+    if not done.made:
+        notes.append("the session was there already")
+    print(f"{len(done.made)} runs logged to {done.uri}" + (f" ({'; '.join(notes)})" if notes else ""))

@@ -312,3 +312,77 @@ def test_history_reads_a_read_only_results_folder_and_writes_nothing_there(two_s
         f"history.html not written: {results / 'history.html'}: Read-only file system (EROFS)"
     )
     assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == before
+
+
+def test_an_interrupted_mlflow_export_is_finished_by_the_next_one(two_sessions, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from reprokit.results import export_mlflow
+
+    results, first, _ = two_sessions
+    real = MlflowClient.log_metric
+    calls = []
+
+    def cut_short(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:  # in the middle of the first cell's per-step metrics: Ctrl-C
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_metric", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        export_mlflow.export(results / first)
+    monkeypatch.setattr(MlflowClient, "log_metric", real)
+    uri = f"sqlite:///{results.resolve() / 'mlflow.db'}"
+    again = run_inv("export-results", str(results / first))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"2 runs logged to {uri} (1 unfinished run(s) of an interrupted export deleted and made again)"
+    )
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("reprokit").experiment_id])
+    assert sorted(r.data.tags["reprokit.cell"] for r in runs) == sorted([first, "fake--base", "fake--fast"])
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    base = next(r for r in runs if r.data.tags["reprokit.cell"] == "fake--base")
+    assert [m.step for m in client.get_metric_history(base.info.run_id, "samples_per_second")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_sqlite_tracking_uri_keeps_its_artifacts_beside_it_not_where_the_command_ran(two_sessions, tmp_path):
+    pytest.importorskip("mlflow")
+    results, first, _ = two_sessions
+    store, elsewhere = tmp_path / "team-store", tmp_path / "elsewhere"
+    store.mkdir()
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "reprokit", "export-results", str(results / first), "--tracking-uri",
+         f"sqlite:///{store / 'mlflow.db'}"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in (store / "mlartifacts").rglob("report.html")] == ["report.html"]
+
+
+@needs_namespaces
+def test_a_read_only_session_exports_to_a_store_elsewhere_and_is_not_written(two_sessions, tmp_path):
+    pytest.importorskip("mlflow")
+    results, first, _ = two_sessions
+    before = sorted(str(p.relative_to(results)) for p in results.rglob("*"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    refused = faultfs.run([*INV, "export-results", str(results / first)], read_only=[results], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"reprokit: the results folder {results.resolve()} cannot be written, and the default MLflow store lives "
+        "there (mlflow.db): give --tracking-uri (sqlite:///elsewhere/mlflow.db, or a server)"
+    )
+    store = tmp_path / "store"
+    store.mkdir()
+    done = faultfs.run(
+        [*INV, "export-results", str(results / first), "--tracking-uri", f"sqlite:///{store / 'mlflow.db'}"],
+        read_only=[results], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("3 runs logged to sqlite:///")
+    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == before
