@@ -29,6 +29,17 @@ def _results(results: str | None) -> Path:
     return folder
 
 
+def _percent(value: object, flag: str) -> float:
+    """A percentage flag's value as a fraction, or one line naming the flag."""
+    try:
+        found = float(str(value))
+    except ValueError:
+        found = -1.0
+    if not 0 <= found < 1000:
+        raise ReprokitError(f"--{flag} {value}: give a percentage (5 means 5%)")
+    return found / 100
+
+
 def _session(name: str, results: str | None = None) -> Path:
     return sessions.find(name, Path(results or settings.load().get("results") or sessions.RESULTS_DIR))
 
@@ -107,11 +118,12 @@ def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None,
         folder = given[1].resolve().parent
     else:
         folder = _results(results)
-    band = None if noise is None else float(noise) / 100
-    first, second, found = comparing.compare(folder, a, b, float(threshold) / 100, band)
+    band = None if noise is None else _percent(noise, "noise")
+    limit = None if fail_on_regression is None else _percent(fail_on_regression, "fail-on-regression")
+    first, second, found = comparing.compare(folder, a, b, _percent(threshold, "threshold"), band)
     comparing.print_table(first, second, found)
-    if fail_on_regression is not None:
-        worse = comparing.gate(found, float(fail_on_regression) / 100, band)
+    if limit is not None:
+        worse = comparing.gate(found, limit, band)
         if worse:
             names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
             raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
