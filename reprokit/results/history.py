@@ -104,8 +104,13 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
         xs = [r["session_started"] for r in points]
         ys = [r["measured_per_device"] for r in points]
         label = f"{device} on {host}" if index < LEGEND_SERIES else None
-        (line,) = ax.plot(xs, ys, marker="o", markersize=2.5 if many else 5, linewidth=0.6 if many else 1.2,
-                          label=label)  # fmt: skip
+        # Thousands of sessions read as a band of points; a line through them would be a scribble.
+        style = (
+            {"linestyle": "none", "markersize": 2, "alpha": 0.6}
+            if many
+            else {"markersize": 5, "linewidth": 1.2}
+        )
+        (line,) = ax.plot(xs, ys, marker="o", label=label, **style)
         spread = [
             (x, y, r["spread"] * y / 2) for x, y, r in zip(xs, ys, points, strict=True) if r.get("spread")
         ]
