@@ -11,6 +11,7 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
   `reprokit` (which must not import torch);
 - the trainers' meter on and off on a real small training loop (meter.py): the ratio of samples
   per second with it and without, which must be within 1%.
+- `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py).
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
 flops_per_sample) and the model FLOPs utilization the published figures imply, and times VOLO's
@@ -281,7 +282,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per measurement; the best is kept")
     parser.add_argument("--workers", type=int, nargs="*", default=[2], help="loader worker counts to measure")
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
-    parser.add_argument("--meter", action="store_true", help="run only the meter's on/off measurement")
+    parser.add_argument(
+        "--only", choices=["history", "meter"], help="run one section of the CPU suite (make bench ARGS='--only history')"
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -302,10 +305,13 @@ def main() -> None:
         return
     from benchmarks import meter
 
-    if args.meter:
+    if args.only == "meter":
         measured = meter.measure()
         _print(measured, "the meter on and off: a small CPU training loop, on and off steps in turn")
         print(f"wrote {_write(measured, 'meter')}\n{meter.verdict(measured)}")
+        return
+    if args.only == "history":
+        _history()
         return
     rows = data_path(args.images, args.repeats, args.workers)
     _print(rows, "BridgeTower data path: JPEG bytes -> tensors (one core unless workers > 0)")
@@ -338,6 +344,21 @@ def main() -> None:
     # The headline: the kit's fastest CPU path (fast IDCT, then the published resample) against the published one.
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
     print(meter.verdict(measured))
+    _history()
+
+
+def _history() -> None:
+    from benchmarks import history
+
+    rows = history.run()
+    _print(rows, "inv history over a results folder of N sessions (wall time as a user runs it, best of 3)")
+    print(f"wrote {_write(rows, 'history')}")
+    for r in rows:
+        limit = f" (table limit {r['limit_s']:.0f} s: {r['within']})" if r["limit_s"] != "" else ""
+        print(
+            f"history: {r['sessions']:,} sessions: table in {r['table_s']:.2f} s, with history.html and its plots "
+            f"{r['with_plots_s']:.2f} s, peak {r['peak_rss_mib']:.0f} MiB{limit}"
+        )
 
 
 if __name__ == "__main__":

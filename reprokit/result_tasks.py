@@ -4,6 +4,7 @@ side, and an export to MLflow. Each takes a session as a folder, a name under th
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import task
@@ -12,6 +13,7 @@ from reprokit import settings
 from reprokit.errors import ReprokitError
 from reprokit.results import collect as collecting
 from reprokit.results import report as reporting
+from reprokit.run import files
 from reprokit.run import session as sessions
 from reprokit.tasking import friendly
 
@@ -25,6 +27,17 @@ def _results(results: str | None) -> Path:
     if not folder.is_dir():
         raise ReprokitError(f"no results folder {folder} (--results DIR, or the `results` setting)")
     return folder
+
+
+def _percent(value: object, flag: str) -> float:
+    """A percentage flag's value as a fraction, or one line naming the flag."""
+    try:
+        found = float(str(value))
+    except ValueError:
+        found = -1.0
+    if not 0 <= found < 1000:
+        raise ReprokitError(f"--{flag} {value}: give a percentage (5 means 5%)")
+    return found / 100
 
 
 def _session(name: str, results: str | None = None) -> Path:
@@ -66,13 +79,19 @@ def history(c, recipe, cell=None, device=None, results=None):
     from reprokit.results import history as over_time
 
     folder = _results(results)
-    table = over_time.rows(folder, None if recipe == "all" else recipe, cell, device)
-    if not table:
-        raise ReprokitError(
-            f"no completed cell under {folder} matches (sessions: {len(list(folder.glob('*/results.jsonl')))})"
-        )
-    over_time.print_table(table)
-    print(over_time.write(folder, table))
+    found = over_time.read(folder, None if recipe == "all" else recipe, cell, device)
+    if found.skipped_line:
+        print(found.skipped_line, file=sys.stderr)
+    if not found.rows:
+        raise ReprokitError(f"no completed cell under {folder} matches (sessions: {found.sessions})")
+    over_time.print_table(found.rows)
+    try:
+        print(over_time.write(folder, found.rows))
+    except OSError as exc:
+        # A results folder to read, not to write (a team's, mounted read-only): the table is the answer.
+        if not files.is_storage_failure(exc):
+            raise
+        print(f"history.html not written: {files.describe(exc)}", file=sys.stderr)
 
 
 @task(
@@ -82,11 +101,13 @@ def history(c, recipe, cell=None, device=None, results=None):
         "b": "the second session, in the same forms (default latest)",
         "threshold": "a change within this percentage is `same` (default 5)",
         "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (CI of an image build)",
+        "noise": "for cells that ran once (no --repeat): the run-to-run spread in percent to accept as `same`; "
+        "--fail-on-regression on single runs needs it",
         "results": RESULTS_HELP,
     },
 )
 @friendly
-def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, results=None):
+def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, results=None):
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
     from reprokit.results import compare as comparing
@@ -97,13 +118,12 @@ def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None,
         folder = given[1].resolve().parent
     else:
         folder = _results(results)
-    first, second, found = comparing.compare(folder, a, b, float(threshold) / 100)
+    band = None if noise is None else _percent(noise, "noise")
+    limit = None if fail_on_regression is None else _percent(fail_on_regression, "fail-on-regression")
+    first, second, found = comparing.compare(folder, a, b, _percent(threshold, "threshold"), band)
     comparing.print_table(first, second, found)
-    if fail_on_regression is not None:
-        limit = float(fail_on_regression) / 100
-        worse = [
-            x for x in found if x.verdict == comparing.REGRESSED and x.ratio is not None and 1 - x.ratio > limit
-        ]
+    if limit is not None:
+        worse = comparing.gate(found, limit, band)
         if worse:
             names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
             raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
@@ -126,5 +146,10 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
         raise ReprokitError(f"--to {to}: the kit exports to mlflow")
     from reprokit.results import export_mlflow
 
-    uri, made = export_mlflow.export(_session(session, results), tracking_uri)
-    print(f"{len(made)} runs logged to {uri}" + ("" if made else " (the session was there already)"))
+    done = export_mlflow.export(_session(session, results), tracking_uri)
+    notes = []
+    if done.rolled_back:
+        notes.append(f"{done.rolled_back} unfinished run(s) of an interrupted export deleted and made again")
+    if not done.made:
+        notes.append("the session was there already")
+    print(f"{len(done.made)} runs logged to {done.uri}" + (f" ({'; '.join(notes)})" if notes else ""))

@@ -16,6 +16,7 @@ from invoke import Exit, task
 from reprokit.errors import ReprokitError
 from reprokit.invocation import command
 from reprokit.options import OPTIONS, RunOptions, default_of
+from reprokit.run import files
 
 HELP_WORDS = ("-h", "--help")
 
@@ -40,6 +41,9 @@ def friendly(fn):
         if positional in HELP_WORDS:
             print_help(fn.__module__, fn.__name__.rstrip("_").replace("_", "-"))
             return None
+        # Nothing a task writes (results, run directories, a trainer's files) is group- or
+        # other-writable, whatever the caller's umask.
+        files.restrict_umask()
         try:
             return fn(*args, **kwargs)
         except ReprokitError as exc:

@@ -26,6 +26,16 @@ def run_inv(
     )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _machine_lock_of_this_test_run(tmp_path_factory):
+    """The kit's machine lock (reprokit/run/machinelock.py) in this test run's own folder: the suite's
+    sessions take turns among themselves, and wait for no one else's benchmark on this machine."""
+    os.environ["REPROKIT_LOCK_DIR"] = str(tmp_path_factory.mktemp("machine-lock"))
+    # Trainers run by the suite share a developer's machine: whether it was shared is tested on its own
+    # (test_machineload.py), not in every test that reads a summary's departures.
+    os.environ["REPROKIT_WATCH_LOAD"] = "0"
+
+
 @pytest.fixture
 def inv():
     return run_inv

@@ -7,14 +7,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.conftest import run_inv
+from tests import faultfs
+from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env, fake_recipe
+from tests.faultfs import needs_namespaces
 
 CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local")
 
@@ -87,19 +91,43 @@ def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_session
 
 def test_fail_on_regression_fails_only_beyond_its_threshold(two_sessions):
     results, first, second = two_sessions
-    failed = run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10")
+    # One run per cell: the gate needs the run-to-run spread the user accepts.
+    noise = ("--noise", "5")
+    failed = run_inv(
+        "compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10", *noise
+    )
     assert failed.returncode == 2
     assert failed.stderr.strip().splitlines()[-1] == (
         "reprokit: 1 cell(s) regressed by more than 10%: fake--fast (0.70x)"
     )
     assert (
-        run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "40").returncode
+        run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "40",
+                *noise).returncode
         == 0
-    )
+    )  # fmt: skip
     assert (
-        run_inv("compare", "-a", first, "-b", first, "--results", str(results), "--fail-on-regression", "1").returncode
+        run_inv("compare", "-a", first, "-b", first, "--results", str(results), "--fail-on-regression", "1",
+                *noise).returncode
         == 0
+    )  # fmt: skip
+
+
+def test_single_runs_say_their_spread_is_unknown_and_gate_only_with_a_noise_band(two_sessions):
+    results, first, second = two_sessions
+    compared = run_inv("compare", "-a", first, "-b", second, "--results", str(results))
+    assert compared.returncode == 0, compared.stderr
+    lines = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if "│ fake--" in line}
+    assert "regressed (one run on a side: its spread is unknown)" in lines["fake--fast"]
+    assert "same (within ±5%; one run on a side: its spread is unknown)" in lines["fake--base"]
+    gated = run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10")
+    assert gated.returncode == 2
+    assert gated.stderr.strip().splitlines()[-1] == (
+        "reprokit: --fail-on-regression on single runs needs --noise PCT (the run-to-run spread you accept on "
+        "this machine), or sessions run with --repeat 3: fake--base, fake--fast ran once on a side"
     )
+    # A noise band wider than the change: the same two numbers are `same`.
+    wide = run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--noise", "35")
+    assert "same (within the noise band ±35% given for single runs)" in wide.stdout
 
 
 def test_repeated_runs_give_median_and_spread_and_the_verdict_uses_the_median(tmp_path):
@@ -156,3 +184,205 @@ def test_an_mlflow_export_is_read_back_by_mlflows_own_client(two_sessions):
     assert mlflow.__version__
     again = run_inv("export-results", str(results / first))
     assert again.stdout.strip().startswith("0 runs logged")
+
+
+def _new_session(results, recipe, env: dict | None = None) -> str:
+    """Run one session; the name of the folder it made (whatever its name sorts as)."""
+    before = set(results.iterdir()) if results.exists() else set()
+    done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), env={**fake_env(), **(env or {})})
+    assert done.returncode == 0, done.stderr
+    (made,) = set(results.iterdir()) - before
+    return made.name
+
+
+def test_latest_previous_and_history_follow_when_sessions_started_not_their_folder_names(tmp_path):
+    """A session made in Tokyo, then one made in UTC seconds later: the first one's folder name (its
+    local time) sorts after the second's, yet it is the earlier session."""
+    results = tmp_path / "results"
+    tokyo = _new_session(results, fake_recipe(tmp_path / "a.yaml", [{"name": "v", "args": {"fake_rate": 100}}]),
+                         {"TZ": "JST-9"})  # fmt: skip
+    utc = _new_session(results, fake_recipe(tmp_path / "b.yaml", [{"name": "v", "args": {"fake_rate": 50}}]),
+                       {"TZ": "UTC0"})  # fmt: skip
+    assert tokyo > utc  # by name
+    stored = json.loads((results / utc / "session.json").read_text())
+    assert stored["created_at"].endswith("+00:00")
+    compared = run_inv("compare", "--results", str(results), "--noise", "5")
+    assert compared.returncode == 0, compared.stderr
+    assert f"A = {tokyo}, B = {utc}" in compared.stdout
+    (line,) = [line for line in compared.stdout.splitlines() if "│ fake--v" in line]
+    assert "0.500" in line and "regressed" in line
+    shown = run_inv("history", "all", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    order = [line.split()[0] for line in shown.stdout.splitlines() if line.startswith((tokyo, utc))]
+    assert order == [tokyo, utc]
+
+
+def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
+    """Sessions alternating between two hosts are placed by when they started, not grouped by host."""
+    from matplotlib.dates import ConciseDateFormatter
+
+    from reprokit.results import history
+
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    table = [
+        {"cell_id": "c", "session": f"s{i:02d}", "session_started": start + timedelta(hours=i), "unit": "img/s",
+         "device_name": "H100", "host": "a" if i % 2 else "b", "measured_per_device": 100.0 + i, "spread": None}
+        for i in range(1, 9)
+    ]  # fmt: skip
+    fig, unnamed = history.figure("c", table)
+    ax = fig.axes[0]
+    points = sorted((x, y) for line in ax.get_lines() for x, y in zip(line.get_xdata(orig=False), line.get_ydata(),
+                                                                       strict=True))  # fmt: skip
+    assert [y for _, y in points] == [101.0 + i for i in range(8)]  # time order, both hosts interleaved
+    gaps = {round((b - a) * 24, 6) for (a, _), (b, _) in zip(points, points[1:], strict=False)}
+    assert gaps == {1.0}  # an hour apart on the axis, as they were
+    assert isinstance(ax.xaxis.get_major_formatter(), ConciseDateFormatter) and unnamed == 0
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"H100 on a", "H100 on b"}
+
+
+def _copy_session(source, target, created_at: str, rate: float | None = None):
+    shutil.copytree(source, target)
+    stored = json.loads((target / "session.json").read_text())
+    stored["created_at"] = created_at
+    (target / "session.json").write_text(json.dumps(stored))
+    if rate is not None:
+        rows = [json.loads(line) for line in (target / "results.jsonl").read_text().splitlines()]
+        for row in rows:
+            row["measured_per_device"] = row["measured"] = rate
+        (target / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return target
+
+
+def test_one_bad_session_is_skipped_with_its_reason_and_every_other_one_still_reads(tmp_path):
+    # A results folder whose name would be a glob pattern: taken literally, its sibling never read.
+    team = tmp_path / "team?[1]"
+    made = _new_session(team, fake_recipe(tmp_path / "a.yaml", [{"name": "v", "args": {"fake_rate": 100}}]))
+    good = _copy_session(team / made, team / "good", "2025-01-01T10:00:00+00:00")
+    shutil.rmtree(team / made)
+    _copy_session(good, team / "later", "2025-01-02T10:00:00+00:00", rate=90.0)
+    _copy_session(good, tmp_path / "teamX" / "sibling", "2025-01-03T10:00:00+00:00")
+    truncated = _copy_session(good, team / "trunc", "2025-01-01T11:00:00+00:00")
+    text = (truncated / "results.jsonl").read_text()
+    (truncated / "results.jsonl").write_text(text + text[: len(text) // 2])
+    latin = _copy_session(good, team / "latin1", "2025-01-01T12:00:00+00:00")
+    (latin / "results.jsonl").write_bytes(b'{"cell_id": "caf\xe9"}\n')
+    shutil.copytree(good, os.fsdecode(os.fsencode(team) + b"/bad\xffname"))
+    (team / "empty").mkdir()
+    (team / "loop").symlink_to(team / "loop")
+    listy = _copy_session(good, team / "listy", "2025-01-01T13:00:00+00:00")
+    (listy / "session.json").write_text("[]")
+    binary = _copy_session(good, team / "binary", "2025-01-01T14:00:00+00:00")
+    (binary / "session.json").write_bytes(b"\xff\xfe")
+
+    shown = run_inv("history", "all", "--results", str(team))
+    assert shown.returncode == 0, shown.stderr
+    listed = {line.split()[0] for line in shown.stdout.splitlines() if "fake--v" in line}
+    assert listed == {"good", "later", "listy", "binary"}
+    (skipped,) = shown.stderr.strip().splitlines()
+    assert skipped == (
+        f"skipped 5 sessions under {team}: bad\\xffname: its folder name is not UTF-8; empty: an empty folder; "
+        "latin1: results.jsonl is not UTF-8 (byte 0xe9 at offset 16); loop: a link loop; "
+        "trunc: results.jsonl truncated at line 2"
+    )
+    # Two good sessions compare, whatever lies beside them; a bad one is refused in one line.
+    compared = run_inv("compare", "-a", "good", "-b", "later", "--results", str(team), "--noise", "5")
+    assert compared.returncode == 0, compared.stderr
+    assert "0.900" in compared.stdout
+    assert run_inv("compare", "-a", "listy", "-b", "binary", "--results", str(team)).returncode == 0
+    refused = run_inv("compare", "-a", "good", "-b", "trunc", "--results", str(team))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "reprokit: session trunc cannot be read: results.jsonl truncated at line 2"
+    # A session.json that is not an object (or not UTF-8) does not stop its report.
+    for name in ("listy", "binary"):
+        reported = run_inv("report", name, "--results", str(team))
+        assert reported.returncode == 0 and "Traceback" not in reported.stderr, reported.stderr
+
+
+@needs_namespaces
+def test_history_reads_a_read_only_results_folder_and_writes_nothing_there(two_sessions):
+    results, first, second = two_sessions
+    before = sorted(str(p.relative_to(results)) for p in results.rglob("*"))
+    shown = faultfs.run(
+        [*INV, "history", "all", "--results", str(results)], read_only=[results], cwd=ROOT,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert first in shown.stdout and second in shown.stdout
+    assert shown.stderr.strip() == (
+        f"history.html not written: {results / 'history.html'}: Read-only file system (EROFS)"
+    )
+    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == before
+
+
+def test_an_interrupted_mlflow_export_is_finished_by_the_next_one(two_sessions, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from reprokit.results import export_mlflow
+
+    results, first, _ = two_sessions
+    real = MlflowClient.log_metric
+    calls = []
+
+    def cut_short(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:  # in the middle of the first cell's per-step metrics: Ctrl-C
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_metric", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        export_mlflow.export(results / first)
+    monkeypatch.setattr(MlflowClient, "log_metric", real)
+    uri = f"sqlite:///{results.resolve() / 'mlflow.db'}"
+    again = run_inv("export-results", str(results / first))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"2 runs logged to {uri} (1 unfinished run(s) of an interrupted export deleted and made again)"
+    )
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("reprokit").experiment_id])
+    assert sorted(r.data.tags["reprokit.cell"] for r in runs) == sorted([first, "fake--base", "fake--fast"])
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    base = next(r for r in runs if r.data.tags["reprokit.cell"] == "fake--base")
+    assert [m.step for m in client.get_metric_history(base.info.run_id, "samples_per_second")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_sqlite_tracking_uri_keeps_its_artifacts_beside_it_not_where_the_command_ran(two_sessions, tmp_path):
+    pytest.importorskip("mlflow")
+    results, first, _ = two_sessions
+    store, elsewhere = tmp_path / "team-store", tmp_path / "elsewhere"
+    store.mkdir()
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "reprokit", "export-results", str(results / first), "--tracking-uri",
+         f"sqlite:///{store / 'mlflow.db'}"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in (store / "mlartifacts").rglob("report.html")] == ["report.html"]
+
+
+@needs_namespaces
+def test_a_read_only_session_exports_to_a_store_elsewhere_and_is_not_written(two_sessions, tmp_path):
+    pytest.importorskip("mlflow")
+    results, first, _ = two_sessions
+    before = sorted(str(p.relative_to(results)) for p in results.rglob("*"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    refused = faultfs.run([*INV, "export-results", str(results / first)], read_only=[results], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"reprokit: the results folder {results.resolve()} cannot be written, and the default MLflow store lives "
+        "there (mlflow.db): give --tracking-uri (sqlite:///elsewhere/mlflow.db, or a server)"
+    )
+    store = tmp_path / "store"
+    store.mkdir()
+    done = faultfs.run(
+        [*INV, "export-results", str(results / first), "--tracking-uri", f"sqlite:///{store / 'mlflow.db'}"],
+        read_only=[results], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("3 runs logged to sqlite:///")
+    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == before

@@ -56,12 +56,16 @@ def trainer_folder(trainer: str) -> Path | None:
     return None
 
 
-@cache
 def schema(trainer: str) -> dict[str, Any] | None:
-    """A trainer's argument schema (arguments.json in its folder); None for a trainer without one."""
+    """A trainer's argument schema (arguments.json in its folder); None for a trainer without one.
+    Found afresh each time (REPROKIT_TRAINERS_PATH may change where a user's trainer is), read once."""
     folder = trainer_folder(trainer)
-    path = folder / "arguments.json" if folder else None
-    return json.loads(path.read_text()) if path is not None and path.exists() else None
+    return _read(folder / "arguments.json") if folder is not None else None
+
+
+@cache
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def roles(trainer: str | None) -> dict[str, Any]:

@@ -115,15 +115,20 @@ def to_argv(args: dict[str, Any]) -> list[str]:
     return argv
 
 
-def shell_args(argv: list[str]) -> list[str]:
-    """Group argv into one `--flag values...` string per line, shell-quoted, for run.sh."""
+def argv_lines(argv: list[str]) -> list[list[str]]:
+    """argv grouped as `--flag values...`, one group per line of run.sh."""
     lines: list[list[str]] = []
     for token in argv:
         if token.startswith("--") or not lines:
             lines.append([token])
         else:
             lines[-1].append(token)
-    return [" ".join(shlex.quote(t) for t in line) for line in lines]
+    return lines
+
+
+def shell_args(argv: list[str]) -> list[str]:
+    """Group argv into one `--flag values...` string per line, shell-quoted, to show."""
+    return [" ".join(shlex.quote(t) for t in line) for line in argv_lines(argv)]
 
 
 def _model_args(recipe: Recipe, architecture: dict[str, Any] | None) -> dict[str, Any]:

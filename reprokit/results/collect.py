@@ -19,7 +19,7 @@ from typing import Any
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.results import explain, records, verdicts
-from reprokit.run import rundirs, session
+from reprokit.run import files, rundirs, session
 
 COLUMNS = [
     "recipe",
@@ -325,7 +325,14 @@ def collect(session_dir: Path) -> list[dict[str, Any]]:
         session_dir / "results.jsonl",
         "".join(json.dumps(_jsonl(r), default=str, sort_keys=True) + "\n" for r in table),
     )
-    _gather_tensorboard(session_dir)
+    try:
+        _gather_tensorboard(session_dir)
+    except OSError as exc:
+        # A copy for convenience (the run directories hold the event files): a full disk must not
+        # cost the report; a half copy is not left to look whole.
+        if not files.is_storage_failure(exc):
+            raise
+        shutil.rmtree(session_dir / "tensorboard", ignore_errors=True)
     return table
 
 
@@ -344,9 +351,7 @@ def csv_text(table: list[dict[str, Any]]) -> str:
 
 def write_atomic(path: Path, text: str) -> None:
     # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    files.write_text(path, text)
 
 
 def _gather_tensorboard(session_dir: Path) -> None:

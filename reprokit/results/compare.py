@@ -2,6 +2,9 @@
 spread of repeated runs, the same for samples per joule where both measured energy, and what changed
 between them (image, kit, recipe, driver, CUDA, torch, device, clocks, power cap, node).
 
+A single run says nothing about its spread: where either side of a cell ran once, its verdict says
+so, and a regression gate on it needs the noise band the user accepts (`--noise`), given explicitly.
+
     inv compare previous latest --fail-on-regression 5     # CI of an image build: exit 1 on a regression
 """
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit.errors import ReprokitError
 from reprokit.results import store
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
@@ -31,6 +35,11 @@ class CellComparison:
     # Samples per joule, B over A, and its verdict (the same threshold; energy has no spread to read).
     energy_ratio: float | None = None
     energy_verdict: str = NOT_COMPARED
+    # Either side ran once: the spread is unknown, and the verdict rests on the noise band given (if any).
+    single: bool = False
+
+
+SINGLE = "one run on a side: its spread is unknown"
 
 
 def _range(row: dict[str, Any]) -> tuple[float, float]:
@@ -43,9 +52,18 @@ def _range(row: dict[str, Any]) -> tuple[float, float]:
     return low / world, high / world
 
 
-def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float | None, str, str]:
+def repeated(row: dict[str, Any]) -> bool:
+    """Whether a row is the median of repeated runs (its min..max says how much a run varies)."""
+    return (row.get("repeats") or 0) > 1 and row.get("measured_min") is not None
+
+
+def judge(
+    a: dict[str, Any], b: dict[str, Any], threshold: float, noise: float | None = None
+) -> tuple[float | None, str, str]:
     """(B/A per device, verdict, why). With repeated runs on both sides, a change counts only when the
-    two ranges (min..max) do not overlap; beyond that, only when it exceeds the threshold."""
+    two ranges (min..max) do not overlap, and beyond that only when it exceeds the threshold. Where a
+    side ran once, `noise` (the run-to-run spread the user accepts) is the band; without it the
+    verdict is the threshold's, said to rest on an unknown spread."""
     if a.get("measured_per_device") is None or b.get("measured_per_device") is None:
         return None, NOT_COMPARED, "no result in " + ("A" if a.get("measured_per_device") is None else "B")
     if (a.get("definition") or "") != (b.get("definition") or ""):
@@ -55,13 +73,23 @@ def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float
             f"measured under different definitions ({a.get('definition')} vs {b.get('definition')})",
         )
     ratio = b["measured_per_device"] / a["measured_per_device"]
+    changed = IMPROVED if ratio > 1 else REGRESSED
+    if not (repeated(a) and repeated(b)):
+        if noise is not None:
+            band = max(noise, threshold)
+            if abs(ratio - 1) <= band:
+                return ratio, SAME, f"within the noise band ±{band:.0%} given for single runs"
+            return ratio, changed, f"beyond the noise band ±{band:.0%} given for single runs"
+        if abs(ratio - 1) <= threshold:
+            return ratio, SAME, f"within ±{threshold:.0%}; {SINGLE}"
+        return ratio, changed, SINGLE
     (a_low, a_high), (b_low, b_high) = _range(a), _range(b)
     overlap = b_high >= a_low and b_low <= a_high and (a_low != a_high or b_low != b_high)
     if abs(ratio - 1) <= threshold:
         return ratio, SAME, f"within ±{threshold:.0%}"
     if overlap:
         return ratio, SAME, "within the spread of the repeated runs"
-    return ratio, (IMPROVED if ratio > 1 else REGRESSED), ""
+    return ratio, changed, ""
 
 
 def judge_energy(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float | None, str]:
@@ -76,13 +104,12 @@ def judge_energy(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tupl
 
 
 def compare(
-    results: Path, first: str, second: str, threshold: float = 0.05
+    results: Path, first: str, second: str, threshold: float = 0.05, noise: float | None = None
 ) -> tuple[Path, Path, list[CellComparison]]:
     """Every cell of either session, matched by cell id."""
     a_dir, b_dir = store.resolve_session(results, first), store.resolve_session(results, second)
-    wanted = "SELECT * FROM rows WHERE session_folder = ?"
-    a_rows = {r["cell_id"]: r for r in _rows(a_dir, wanted)}
-    b_rows = {r["cell_id"]: r for r in _rows(b_dir, wanted)}
+    a_rows = {r["cell_id"]: r for r in store.rows_of(a_dir)}
+    b_rows = {r["cell_id"]: r for r in store.rows_of(b_dir)}
     found = []
     for cell_id in dict.fromkeys([*a_rows, *b_rows]):
         a, b = a_rows.get(cell_id), b_rows.get(cell_id)
@@ -91,17 +118,28 @@ def compare(
                 CellComparison(cell_id, a, b, None, NOT_COMPARED, "only in " + ("B" if a is None else "A"))
             )
             continue
-        ratio, verdict, why = judge(a, b, threshold)
+        ratio, verdict, why = judge(a, b, threshold, noise)
+        single = ratio is not None and not (repeated(a) and repeated(b))
         energy_ratio, energy_verdict = judge_energy(a, b, threshold)
         found.append(
-            CellComparison(cell_id, a, b, ratio, verdict, why, changes(a, b), energy_ratio, energy_verdict)
+            CellComparison(
+                cell_id, a, b, ratio, verdict, why, changes(a, b),
+                energy_ratio=energy_ratio, energy_verdict=energy_verdict, single=single,
+            )  # fmt: skip
         )
     return a_dir, b_dir, found
 
 
-def _rows(session_dir: Path, sql: str) -> list[dict[str, Any]]:
-    # One session's rows, through the store like any other query (its parent is a results folder).
-    return store.query(session_dir.parent, sql, [session_dir.name])
+def gate(found: list[CellComparison], limit: float, noise: float | None) -> list[CellComparison]:
+    """The cells that regressed by more than `limit` (a fraction), for --fail-on-regression. A gate on
+    a cell that ran once on a side needs the noise band (`noise`): refused in one line without it."""
+    single = [x.cell_id for x in found if x.single]
+    if single and noise is None:
+        raise ReprokitError(
+            f"--fail-on-regression on single runs needs --noise PCT (the run-to-run spread you accept on this "
+            f"machine), or sessions run with --repeat 3: {', '.join(single)} ran once on a side"
+        )
+    return [x for x in found if x.verdict == REGRESSED and x.ratio is not None and 1 - x.ratio > limit]
 
 
 def changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -3,14 +3,19 @@ child run per cell with its parameters (the trainer's arguments, scale, accelera
 per-step metrics (samples/s and loss from throughput.csv), its summary numbers and provenance tags.
 
 The default store is a local SQLite database beside the results (results/mlflow.db, artifacts in
-results/mlartifacts); `--tracking-uri` names another (a team's MLflow server). Exporting a session
-again leaves the runs already there as they are.
+results/mlartifacts); `--tracking-uri` names another (a team's MLflow server; a SQLite file keeps its
+artifacts beside it, never in the folder the command ran from). Exporting a session again leaves the
+runs already there as they are, and finishes what an interrupted export began: a run is complete once
+it is terminated (it is terminated last), and a run left RUNNING is deleted and made again. The
+session's folder is only read (a read-only results folder exports to a store elsewhere).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,16 @@ def default_uri(results: Path) -> tuple[str, str]:
     """(tracking URI, artifact location) of the local store of a results folder."""
     results = results.resolve()
     return f"sqlite:///{results / 'mlflow.db'}", (results / "mlartifacts").as_uri()
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite store's file; a server or a file
+    store decides for itself (None)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    database = Path(tracking_uri[len(prefix) :])
+    return (database.resolve().parent / "mlartifacts").as_uri()
 
 
 def _client(tracking_uri: str):
@@ -78,20 +93,43 @@ def _steps(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def export(session_dir: Path, tracking_uri: str | None = None) -> tuple[str, list[str]]:
-    """Log the session; returns the tracking URI and the ids of the runs made (none for cells already there)."""
-    table = collect.collect(session_dir)
-    uri, artifacts = (tracking_uri, None) if tracking_uri else default_uri(session_dir.parent)
+@dataclass
+class Exported:
+    uri: str
+    made: list[str] = field(default_factory=list)
+    # Runs an interrupted export had left unfinished, deleted before being made again.
+    rolled_back: int = 0
+
+
+def _store(session_dir: Path, tracking_uri: str | None) -> tuple[str, str | None]:
+    if tracking_uri:
+        return tracking_uri, artifact_location(tracking_uri)
+    results = session_dir.resolve().parent
+    if not os.access(results, os.W_OK):
+        raise ReprokitError(
+            f"the results folder {results} cannot be written, and the default MLflow store lives there "
+            "(mlflow.db): give --tracking-uri (sqlite:///elsewhere/mlflow.db, or a server)"
+        )
+    return default_uri(results)
+
+
+def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
+    """Log the session; the runs made (none for cells already there) and those rolled back."""
+    table = collect.rows(session_dir)  # read, not written: the folder may be read-only
+    uri, artifacts = _store(session_dir, tracking_uri)
     client = _client(uri)
     experiment = _experiment(client, artifacts)
     session = session_dir.name
-    existing = {
-        r.data.tags.get("reprokit.cell")
-        for r in client.search_runs([experiment], filter_string=f"tags.`reprokit.run.session` = '{session}'")
-    }
-    made: list[str] = []
-    parent = None
-    if session not in existing:
+    found = Exported(uri)
+    existing: dict[str, Any] = {}
+    for run in client.search_runs([experiment], filter_string=f"tags.`reprokit.run.session` = '{session}'"):
+        if run.info.status == "RUNNING":  # an export stopped before it terminated the run
+            client.delete_run(run.info.run_id)
+            found.rolled_back += 1
+        else:
+            existing[run.data.tags.get("reprokit.cell")] = run
+    parent = existing.get(session)
+    if parent is None:
         parent = client.create_run(
             experiment, run_name=session, tags={"reprokit.run.session": session, "reprokit.cell": session}
         )
@@ -99,15 +137,13 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> tuple[str, lis
             if (session_dir / name).exists():
                 client.log_artifact(parent.info.run_id, str(session_dir / name))
         client.set_terminated(parent.info.run_id)
-        made.append(parent.info.run_id)
+        found.made.append(parent.info.run_id)
     for row in table:
         if row["cell_id"] in existing or not row.get("run_dir"):
             continue
         run_dir = session_dir / "runs" / row["run_dir"]
-        cell = json.loads((run_dir / rundirs.FILES["cell"]).read_text()) if (run_dir / rundirs.FILES["cell"]).exists() else {}
-        tags = _tags(row, session)
-        if parent is not None:
-            tags["mlflow.parentRunId"] = parent.info.run_id
+        cell = rundirs.read_json(run_dir / rundirs.FILES["cell"]) or {}
+        tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id}
         run = client.create_run(experiment, run_name=row["cell_id"], tags=tags)
         run_id = run.info.run_id
         for key, value in _params(row, cell).items():
@@ -120,6 +156,7 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> tuple[str, lis
                        "measured_whole_run", "measured_gaudi_trainer", "mfu", "peak_memory_bytes"):  # fmt: skip
             if isinstance(row.get(metric), int | float):
                 client.log_metric(run_id, f"result.{metric}", float(row[metric]))
+        # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
         client.set_terminated(run_id, status="FINISHED" if row.get("status") == "ok" else "FAILED")
-        made.append(run_id)
-    return uri, made
+        found.made.append(run_id)
+    return found

@@ -1,100 +1,174 @@
 """History: every session's number of each cell over time, as a table and as a page of plots.
 
 "Did this cell regress since the last image?", "which of my nodes is slow?": one row per cell per
-session, with the image, kit revision and host beside the number, and a plot per cell.
+session, with the image, kit revision and host beside the number, and a plot per cell on a real
+time axis (sessions placed by when they started, one series per device and host).
 """
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from reprokit.results import pages, store
 from reprokit.results.pages import Block
-from reprokit.results.plots import Plot
+from reprokit.results.plots import DPI, Plot
+from reprokit.run import files, session
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "host", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
+HEADERS = {"started_at": "started (UTC)"}
+# The terminal table: a value longer than this is cut (history.html has it whole).
+CELL_WIDTH = 40
+# Series named in a plot's legend; the others are drawn, and counted in the caption.
+LEGEND_SERIES = 12
 
 
-def rows(
+@dataclass
+class History:
+    rows: list[dict[str, Any]]
+    skipped_line: str | None
+    sessions: int
+
+
+def _utc(text: Any) -> str | None:
+    found = session.parse_time(text)
+    return found.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if found else None
+
+
+def read(
     results: Path, recipe: str | None = None, cell: str | None = None, device: str | None = None
-) -> list[dict[str, Any]]:
-    """Every completed cell of every session, oldest first, filtered by recipe, cell id and device."""
-    where, params = ["status IN ('ok', 'partial')"], []
-    if recipe:
-        where.append("recipe = ?")
-        params.append(recipe)
-    if cell:
-        where.append("cell_id LIKE ?")
-        params.append(f"%{cell}%")
-    if device:
-        where.append("(device_name ILIKE ? OR device ILIKE ?)")
-        params += [f"%{device}%", f"%{device}%"]
-    return store.query(
-        results,
-        f"""SELECT session_folder AS session, started_at, recipe, variant, cell_id, device, device_name,
-                   provenance->>'hostname' AS host, measured_per_device, spread, repeats, definition, unit,
-                   verdict, verdict_reasons, image_id, kit_revision
-            FROM rows WHERE {" AND ".join(where)} ORDER BY started_at, session_folder, cell_id""",
-        params,
-    )
+) -> History:
+    """Every completed cell of every session, oldest session first, filtered by recipe, cell id
+    (a part of it) and device (a part of its name, any case)."""
+    found = store.read(results)
+    wanted_device = device.lower() if device else None
+    table = []
+    for item in found.sessions:
+        mine = []
+        for r in item.rows:
+            if r.get("status") not in ("ok", "partial"):
+                continue
+            if recipe and r.get("recipe") != recipe:
+                continue
+            if cell and cell not in (r.get("cell_id") or ""):
+                continue
+            names = f"{r.get('device_name') or ''}\n{r.get('device') or ''}".lower()
+            if wanted_device and wanted_device not in names:
+                continue
+            mine.append(
+                {
+                    **{k: r.get(k) for k in COLUMNS},
+                    "recipe": r.get("recipe"),
+                    "variant": r.get("variant"),
+                    "device": r.get("device"),
+                    "verdict_reasons": r.get("verdict_reasons"),
+                    "session": item.name,
+                    "session_started": item.started,
+                    "started_at": _utc(r.get("started_at")),
+                    "host": (r.get("provenance") or {}).get("hostname"),
+                }
+            )
+        table += sorted(mine, key=lambda r: (r["started_at"] or "", r.get("cell_id") or ""))
+    return History(table, found.skipped_line(), len(found.sessions))
 
 
-def plots(results: Path, table: list[dict[str, Any]], folder: Path) -> list[Plot]:
-    """Per cell, its per-device figure session after session (one line per device and host)."""
-    from reprokit.results.plots import pyplot, save, slug
+def _series(mine: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """A cell's rows by (device, host), each in time order."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in mine:
+        found.setdefault((r.get("device_name") or "?", r.get("host") or "?"), []).append(r)
+    for points in found.values():
+        points.sort(key=lambda r: r["session_started"])
+    return found
+
+
+def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
+    """A cell's figure: per device, samples/s of each session at the time it started (a date axis, so
+    5,000 sessions read as a line, and sessions on two hosts interleave as they happened); returns
+    the figure and how many series the legend leaves out."""
+    from matplotlib import dates
+    from matplotlib.figure import Figure
+
+    # A Figure of its own (no pyplot state to close); fixed margins instead of a tight layout, which
+    # would draw every point twice.
+    fig = Figure(figsize=(8, 3.4), dpi=DPI)
+    fig.subplots_adjust(left=0.09, right=0.98, top=0.9, bottom=0.17)
+    ax = fig.subplots()
+    series = sorted(_series(mine).items(), key=lambda kv: -len(kv[1]))
+    many = len(mine) > 200
+    for index, ((device, host), points) in enumerate(series):
+        xs = [r["session_started"] for r in points]
+        ys = [r["measured_per_device"] for r in points]
+        label = f"{device} on {host}" if index < LEGEND_SERIES else None
+        # Thousands of sessions read as a band of points; a line through them would be a scribble.
+        style = (
+            {"linestyle": "none", "markersize": 2, "alpha": 0.6}
+            if many
+            else {"markersize": 5, "linewidth": 1.2}
+        )
+        (line,) = ax.plot(xs, ys, marker="o", label=label, **style)
+        spread = [
+            (x, y, r["spread"] * y / 2) for x, y, r in zip(xs, ys, points, strict=True) if r.get("spread")
+        ]
+        if spread:
+            sx, sy, se = zip(*spread, strict=True)
+            ax.errorbar(sx, sy, yerr=se, fmt="none", ecolor=line.get_color(), capsize=2, linewidth=0.8)
+    locator = dates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator, tz=timezone.utc))
+    ax.set_xlabel("session start (UTC)", fontsize=8)
+    ax.set_ylabel(f"{mine[0].get('unit') or 'samples/s'} per device")
+    ax.set_title(f"{cell_id} over sessions", fontsize=10)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig, max(0, len(series) - LEGEND_SERIES)
+
+
+def plots(table: list[dict[str, Any]], folder: Path) -> list[Plot]:
+    """Per cell, its per-device figure session after session, as PNG files in `folder`."""
+    from reprokit.results.plots import slug
 
     drawn = []
     for cell_id in dict.fromkeys(r["cell_id"] for r in table):
         mine = [r for r in table if r["cell_id"] == cell_id and r.get("measured_per_device") is not None]
         if not mine:
             continue
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(8, 3.4))
-        for key in dict.fromkeys((r.get("device_name") or "?", r.get("host") or "?") for r in mine):
-            points = [r for r in mine if (r.get("device_name") or "?", r.get("host") or "?") == key]
-            xs = [r["session"] for r in points]
-            ys = [r["measured_per_device"] for r in points]
-            errors = [(r.get("spread") or 0) * r["measured_per_device"] / 2 for r in points]
-            ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=f"{key[0]} on {key[1]}")
-        ax.set_ylabel(f"{mine[0].get('unit') or 'samples/s'} per device")
-        ax.set_title(f"{cell_id} over sessions", fontsize=10)
-        ax.tick_params(axis="x", labelrotation=20, labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        fig, unnamed = figure(cell_id, mine)
         name = f"history-{slug(cell_id)}.png"
-        drawn.append(
-            Plot(
-                cell_id,
-                name,
-                f"{cell_id}",
-                "Error bars: the spread of repeated runs.",
-                save(fig, folder, name),
-            )
+        caption = "Error bars: the spread of repeated runs." + (
+            f" {unnamed} more device/host series are drawn without a legend entry." if unnamed else ""
         )
+        fig.savefig(folder / name, format="png")
+        drawn.append(Plot(cell_id, name, cell_id, caption, folder / name))
     return drawn
 
 
 def write(results: Path, table: list[dict[str, Any]]) -> Path:
-    """history.html in the results folder: the table and a plot per cell, in one self-contained file."""
-    folder = results / ".history"
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("history-*.png"):
-        old.unlink()
-    drawn = plots(results, table, folder)
-    content = [
-        Block("h1", f"reprokit history: {results}"),
-        Block(
-            "p", f"{len({r['session'] for r in table})} sessions, {len({r['cell_id'] for r in table})} cells."
-        ),
-        Block("table", headers=list(COLUMNS), rows=[[_text(r.get(c)) for c in COLUMNS] for r in table]),
-    ]
-    for plot in drawn:
-        content += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
-    page = results / "history.html"
-    page.write_text(pages.html(f"reprokit history: {results}", content))
-    return page
+    """history.html in the results folder: the table and a plot per cell, in one self-contained file
+    (the plots are drawn in a temporary folder and embedded; nothing else is written)."""
+    with tempfile.TemporaryDirectory(prefix="reprokit-history-") as scratch:
+        drawn = plots(table, Path(scratch))
+        content = [
+            Block("h1", f"reprokit history: {results}"),
+            Block(
+                "p",
+                f"{len({r['session'] for r in table})} sessions, {len({r['cell_id'] for r in table})} cells.",
+            ),
+            Block("table", headers=_headers(), rows=[[_text(r.get(c)) for c in COLUMNS] for r in table]),
+        ]
+        for plot in drawn:
+            content += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
+        text = pages.html(f"reprokit history: {results}", content)
+    return files.write_text(results / "history.html", text)
+
+
+def _headers() -> list[str]:
+    return [HEADERS.get(c, c) for c in COLUMNS]
 
 
 def _text(value: Any) -> str:
@@ -102,16 +176,30 @@ def _text(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     return str(value)
 
 
-def print_table(table: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def table_text(table: list[dict[str, Any]], width: int = CELL_WIDTH) -> str:
+    """The table as plain aligned columns: thousands of rows print in milliseconds (a rich table
+    measures every cell to lay them out)."""
 
-    view = Table(title=f"reprokit history ({len(table)} rows)")
-    for column in COLUMNS:
-        view.add_column(column, overflow="fold")
-    for r in table:
-        view.add_row(*(_text(r.get(c)) for c in COLUMNS))
-    Console(width=200).print(view)
+    def cut(text: str) -> str:
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    cells = [[cut(_text(r.get(c))) for c in COLUMNS] for r in table]
+    headers = _headers()
+    sizes = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    lines = [
+        f"reprokit history ({len(table)} rows)",
+        "  ".join(h.ljust(n) for h, n in zip(headers, sizes, strict=True)),
+    ]
+    lines.append("  ".join("-" * n for n in sizes))
+    lines += ["  ".join(v.ljust(n) for v, n in zip(row, sizes, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def print_table(table: list[dict[str, Any]]) -> None:
+    # Flushed: the table is the answer, shown before the page's plots are drawn.
+    print(table_text(table), flush=True)

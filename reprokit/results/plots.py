@@ -11,6 +11,7 @@ the `tensorboard` package is installed.
 from __future__ import annotations
 
 import csv
+import io
 import re
 import struct
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.results import explain, verdicts
-from reprokit.run import rundirs
+from reprokit.run import files, rundirs
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
@@ -138,10 +139,12 @@ def slug(text: str) -> str:
 def save(fig: Any, session_dir: Path, name: str) -> Path:
     path = session_dir / name
     fig.tight_layout()
-    # bbox "tight" keeps legends placed outside the axes inside the image.
-    fig.savefig(path, dpi=DPI, format="png", bbox_inches="tight")
+    # bbox "tight" keeps legends placed outside the axes inside the image. Drawn in memory and written
+    # whole: a disk that fills mid-write leaves no broken PNG behind.
+    image = io.BytesIO()
+    fig.savefig(image, dpi=DPI, format="png", bbox_inches="tight")
     pyplot().close(fig)
-    return path
+    return files.write_bytes(path, image.getvalue())
 
 
 def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:

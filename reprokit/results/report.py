@@ -20,7 +20,7 @@ from reprokit.plan.definitions import DEFINITIONS
 from reprokit.results import collect, explain, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
-from reprokit.run import session
+from reprokit.run import files, session
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",
@@ -337,7 +337,13 @@ def write(session_dir: Path) -> Written:
     from reprokit.results import plots as plotting
 
     table = collect.collect(session_dir)
-    drawn = plotting.draw(session_dir, table)
+    try:
+        drawn = plotting.draw(session_dir, table)
+    except OSError as exc:
+        # A disk that fills while drawing: the report without its plots rather than none.
+        if not files.is_storage_failure(exc):
+            raise
+        drawn = []
     md_path, html_path = session_dir / "report.md", session_dir / "report.html"
     collect.write_atomic(md_path, markdown(session_dir, table, drawn))
     collect.write_atomic(html_path, to_html(session_dir, table, drawn))

@@ -1,6 +1,6 @@
 """Progress you can read on long sessions: a bar for the matrix (cells done of all) and one for the
 running cell (steps done of its total, its samples/s, time left), fed from the run directory's
-throughput.csv as the trainer writes it."""
+throughput.csv as the trainer writes it, reading only the rows it appended since the last look."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ class MatrixProgress:
         )
         self.matrix = self.progress.add_task("session", total=cells, detail="")
         self.cell: TaskID | None = None
+        self.tail: rundirs.ThroughputTail | None = None
         self.total: float | None = None
         self.started = 0.0
 
@@ -48,12 +49,15 @@ class MatrixProgress:
         self.started = time.monotonic()
         self.total = total_steps
         self.cell = self.progress.add_task(label, total=total_steps, detail="starting")
+        self.tail = None
 
     def update(self, run_dir: Path, text: str) -> None:
         """The running cell's bar from its newest throughput row; `text` where there is none yet."""
         if self.cell is None:
             return
-        row = rundirs.latest_step(run_dir)
+        if self.tail is None or self.tail.path.parent != run_dir:
+            self.tail = rundirs.ThroughputTail(run_dir)
+        row = self.tail.latest()
         if row is None:
             self.progress.update(self.cell, detail=text)
             return

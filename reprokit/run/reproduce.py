@@ -5,7 +5,11 @@ The tasks only turn flags into a `Request`; what happens to it lives here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
 
 from reprokit.console import console
 from reprokit.errors import RunFailed
@@ -14,7 +18,7 @@ from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, plan
 from reprokit.plan.request import Request
 from reprokit.results import collect, report
-from reprokit.run import session, supervise
+from reprokit.run import files, liveness, session, supervise
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
 
@@ -53,11 +57,14 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         print(dry_run_text(the_plan, request, out))
         return None
     if resume:
+        # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.
+        liveness.refuse_live([session_dir / "runs" / cell.cell_id for cell in the_plan.cells])
         session.mark_resumed(session_dir)
     else:
         session_dir = session.new_dir(out)
         session.save(session_dir, the_plan, request)
     console.print(f"Session: {session_dir}")
+    stopped: str | None = None
     try:
         outcomes = supervise.run_cells(
             the_plan,
@@ -68,19 +75,41 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         )
     except KeyboardInterrupt:
         # results.csv still says what the run directories say, interrupted cell included.
-        collect.collect(session_dir)
+        _results(session_dir, collect.collect)
         console.print(f"Interrupted. Finish the session with: {command()} resume {session_dir}")
         raise
-    written = report.write(session_dir)
-    report.print_table(written.table)
-    console.print(
-        f"Report: {written.html} ({written.markdown.name})\n"
-        f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
-    )
+    except supervise.SessionStopped as exc:
+        stopped, outcomes = str(exc), exc.outcomes
+    written = _results(session_dir, report.write)
+    if written is not None:
+        report.print_table(written.table)
+        console.print(
+            f"Report: {written.html} ({written.markdown.name})\n"
+            f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
+        )
     failed = [o for o in outcomes if o.get("status") != "ok"]
-    if failed:
+    left = len(the_plan.cells) - len(outcomes)
+    if stopped is not None:
         raise RunFailed(
-            f"{len(failed)} of {len(outcomes)} cells did not complete (see {written.markdown}); "
+            f"stopped at {stopped}; {len(failed) + left} of {len(the_plan.cells)} cells did not complete. "
+            f"Make room (or give write access) there, then finish the session with: {command()} resume {session_dir}"
+        )
+    if failed:
+        where = written.markdown if written is not None else session_dir
+        raise RunFailed(
+            f"{len(failed)} of {len(outcomes)} cells did not complete (see {where}); "
             f"rerun them with: {command()} resume {session_dir}"
         )
     return session_dir
+
+
+def _results(session_dir: Path, write: Callable[[Path], Any]) -> Any:
+    """results.csv (and the report) from what the run directories hold; when the storage refuses, one
+    line saying so, and the session's own outcome still decides how it ends."""
+    try:
+        return write(session_dir)
+    except OSError as exc:
+        if not files.is_storage_failure(exc):
+            raise
+        console.print(f"[red]results not written[/red]: {escape(files.describe(exc))}")
+        return None

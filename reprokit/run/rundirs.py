@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reprokit.run import files
 from reprokit.trainers import contract
 
 LOG_TAIL_LINES = 30
@@ -20,16 +22,17 @@ FILES: dict[str, str] = contract()["files"]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`; None when it is missing, unreadable, not UTF-8, not JSON or not an
+    object (a file another program or a full disk left there must not stop a table)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        found = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
         return None
+    return found if isinstance(found, dict) else None
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    files.write_json(path, payload)
 
 
 def summary(run_dir: Path) -> dict[str, Any] | None:
@@ -60,12 +63,29 @@ def _last_error_line(tail: list[str]) -> str | None:
     return None
 
 
+def signal_reason(exit_code: int | None) -> str | None:
+    """How a process the kit followed was killed, from its exit code: negative (a signal, as Popen
+    reports it) or 128 + N (as a shell and Slurm report it); None when it exited on its own."""
+    if exit_code is None or exit_code == 0:
+        return None
+    number = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 128 + 65 else None
+    if number is None:
+        return None
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return None
+    why = " (the kernel's out-of-memory killer, or a kill -9)" if number == signal.SIGKILL else ""
+    return f"the trainer was killed by {name} (signal {number}){why}"
+
+
 def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> dict[str, Any]:
     """Settle a cell's outcome after its process ended; returns the final summary.
 
     A summary the trainer wrote with status ok is the measurement, complete: it is kept as it is
     whatever follows it (the kit stopped by Ctrl-C or a timeout in the moment between the trainer's
-    last write and its exit, a crash while tearing down the process group)."""
+    last write and its exit, a crash while tearing down the process group). Writing the failure can
+    fail in turn (a full disk, a read-only run directory): that OSError is the caller's to report."""
     found = summary(run_dir) or {}
     if found.get("status") == "ok":
         return found
@@ -78,17 +98,18 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
         **found,
         "status": status,
         "exit_code": exit_code,
-        "error": reason or _last_error_line(tail) or f"exit code {exit_code}",
+        # A killed trainer's last line is whatever it printed before (a progress bar): the signal says more.
+        "error": reason or signal_reason(exit_code) or _last_error_line(tail) or f"exit code {exit_code}",
         "log_tail": tail,
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
-    run_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dir(run_dir)
     write_json_atomic(run_dir / FILES["summary"], failed)
     return failed
 
 
 def skip(run_dir: Path, reason: str) -> dict[str, Any]:
-    run_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dir(run_dir)
     skipped = {
         "status": "skipped",
         "error": reason,
@@ -98,20 +119,61 @@ def skip(run_dir: Path, reason: str) -> dict[str, Any]:
     return skipped
 
 
+class ThroughputTail:
+    """The newest throughput.csv row of a run directory, read incrementally: each call reads only
+    what the trainer appended since the last one (the file grows to millions of rows on long runs,
+    and the progress line asks twice a second); a first look at a long file reads its header and
+    its last lines only. A file that shrank (a rerun) is read again from its start."""
+
+    TAIL_BYTES = 64 * 1024
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / FILES["throughput"]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.offset = 0
+        self.header: list[str] | None = None
+        self.partial = b""
+        self.row: dict[str, str] | None = None
+
+    def latest(self) -> dict[str, str] | None:
+        try:
+            with open(self.path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < self.offset:
+                    self._reset()
+                if self.header is None:
+                    first = fh.readline()
+                    if not first.endswith(b"\n"):
+                        return None
+                    self.header = _fields(first)
+                    self.offset = max(len(first), size - self.TAIL_BYTES)
+                    # Landing inside a row: the bytes up to the next newline are not a row.
+                    self.partial = b"" if self.offset == len(first) else None  # type: ignore[assignment]
+                fh.seek(self.offset)
+                chunk = fh.read(max(0, size - self.offset))
+        except OSError:
+            return self.row
+        self.offset += len(chunk)
+        if self.partial is None:
+            if b"\n" not in chunk:
+                self.offset -= len(chunk)
+                return self.row
+            chunk = chunk.split(b"\n", 1)[1]
+            self.partial = b""
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        for line in reversed(lines):
+            if line.strip():
+                self.row = dict(zip(self.header, _fields(line), strict=False))
+                break
+        return self.row
+
+
+def _fields(line: bytes) -> list[str]:
+    return line.decode("utf-8", errors="replace").rstrip("\r\n").split(",")
+
+
 def latest_step(run_dir: Path) -> dict[str, str] | None:
-    """The newest throughput.csv row (the trainer appends one per logging step)."""
-    path = run_dir / FILES["throughput"]
-    if not path.exists():
-        return None
-    lines = path.read_text().strip().splitlines()
-    if len(lines) < 2:
-        return None
-    return dict(zip(lines[0].split(","), lines[-1].split(","), strict=False))
-
-
-def last_throughput(run_dir: Path) -> str | None:
-    """The newest throughput.csv row as a progress line."""
-    row = latest_step(run_dir)
-    if row is None:
-        return None
-    return f"step {row.get('step')}  {row.get('samples_per_second')}/s  loss {row.get('loss') or '-'}"
+    """The newest throughput.csv row (the trainer appends one per logging step), read once."""
+    return ThroughputTail(run_dir).latest()

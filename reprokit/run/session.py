@@ -1,10 +1,15 @@
 """A session folder: results/<session>/ with session.json (the request and its plan), runs/<cell>/
 and what results make of them. The one home of the session's file names; `--resume SESSION`
 re-plans a session from its session.json.
+
+Sessions are ordered by when they started (session.json's `created_at`, UTC with its offset), never
+by their folder names: a name is the local time of the machine that made it, readable but no order
+between machines in two time zones, or across a change of daylight saving time.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -16,11 +21,32 @@ from reprokit.gitinfo import kit_revision
 from reprokit.plan import recipes
 from reprokit.plan.planner import Plan, plan
 from reprokit.plan.request import Request
-from reprokit.run import rundirs
+from reprokit.run import files, rundirs
 
 RESULTS_DIR = Path("results")
 SESSION_FILE = "session.json"
+# How the trainers and kits before session times in UTC wrote a time (local, with its offset).
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
+def now() -> str:
+    """This moment in UTC, ISO 8601 with its offset: what session.json records."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_time(text: object) -> datetime | None:
+    """A recorded time as an aware datetime: ISO 8601 with an offset (any kit's), or without one
+    (read as this machine's local time); None when it is not a time."""
+    if not isinstance(text, str):
+        return None
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            found = datetime.strptime(text, TIME_FORMAT)
+        except ValueError:
+            return None
+    return found if found.tzinfo else found.astimezone()
 
 
 def stored(session_dir: Path) -> dict[str, Any]:
@@ -30,34 +56,52 @@ def stored(session_dir: Path) -> dict[str, Any]:
 
 
 def new_dir(out: str | None) -> Path:
-    base = Path(out) if out else RESULTS_DIR
-    base.mkdir(parents=True, exist_ok=True)
+    base = files.make_dir(Path(out) if out else RESULTS_DIR)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     # Two sessions started in the same second must not share (and mix) one folder.
     for suffix in ["", *(f"-{n}" for n in range(2, 1000))]:
         path = base / f"{stamp}{suffix}"
         try:
             path.mkdir()
-            return path
         except FileExistsError:
             continue
+        os.chmod(path, files.DIR_MODE)
+        return path
     raise ReprokitError(f"cannot make a new session folder under {base}: too many named {stamp}-*")
 
 
-def _created(folder: Path) -> datetime:
-    """When a session started: session.json's created_at, else its folder's change time."""
-    text = stored(folder).get("created_at")
+def started(folder: Path) -> datetime:
+    """When a session started: session.json's created_at, else its folder's modification time."""
+    found = parse_time(stored(folder).get("created_at"))
+    if found is not None:
+        return found
     try:
-        found = datetime.strptime(text, TIME_FORMAT) if isinstance(text, str) else None
-    except ValueError:
-        found = None
-    return found or datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc)
+        return datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc)
+    except OSError:
+        return datetime.fromtimestamp(0, timezone.utc)
+
+
+def folders(base: Path) -> list[Path]:
+    """The folders directly under `base`, its path taken literally (`team?`, `res[1]` are names, not
+    patterns); a broken link or a link loop is not a folder."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                found.append(Path(entry.path))
+        except OSError:
+            continue
+    return found
 
 
 def listed(base: Path, holding: str = SESSION_FILE) -> list[Path]:
-    """The session folders under `base` that hold `holding`, oldest first."""
-    found = [p for p in base.glob("*") if (p / holding).is_file()] if base.is_dir() else []
-    return sorted(found, key=lambda p: (_created(p), p.name))
+    """The session folders under `base` that hold `holding`, oldest first (by when they started)."""
+    found = [p for p in folders(base) if (p / holding).is_file()]
+    return [p for _, _, p in sorted((started(p), p.name, p) for p in found)]
 
 
 def find(name: str, base: Path | None = None, holding: str = SESSION_FILE) -> Path:
@@ -67,7 +111,9 @@ def find(name: str, base: Path | None = None, holding: str = SESSION_FILE) -> Pa
         known = listed(base, holding)
         wanted = 1 if name == "latest" else 2
         if len(known) < wanted:
-            raise ReprokitError(f"{base} holds {len(known)} session(s) with {holding}: there is no {name} one")
+            raise ReprokitError(
+                f"{base} holds {len(known)} session(s) with {holding}: there is no {name} one"
+            )
         return known[-wanted]
     for candidate in (Path(name), base / name):
         if (candidate / holding).is_file():
@@ -90,7 +136,7 @@ def save(session_dir: Path, the_plan: Plan, request: Request) -> Path:
     asked["recipes"] = [_recipe_ref(n) for n in request.recipes]
     payload = {
         "session": session_dir.name,
-        "created_at": time.strftime(TIME_FORMAT),
+        "created_at": now(),
         "kit_revision": kit_revision(),
         "request": asked,
         "accelerator": the_plan.accelerator,
@@ -204,5 +250,5 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
 def mark_resumed(session_dir: Path) -> None:
     saved = stored(session_dir)
     if saved:
-        saved.setdefault("resumed_at", []).append(time.strftime(TIME_FORMAT))
+        saved.setdefault("resumed_at", []).append(now())
         rundirs.write_json_atomic(session_dir / SESSION_FILE, saved)

@@ -2,10 +2,15 @@
 platform. It starts a cell, follows it (clock, `--timeout`, progress), stops it on Ctrl-C, SIGTERM or
 SIGHUP (recorded as interrupted), and settles its run directory; a failed cell is recorded and the
 matrix goes on; complete cells of a resumed session are kept.
+
+Cells that run on this machine run one session at a time (machinelock). Storage that refuses a write
+(a full disk, a read-only mount, a permission) ends the cell as failed with one line naming the path
+and the errno, and stops the session: every next cell would fail the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import threading
@@ -13,19 +18,31 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
 
 from reprokit.console import console
 from reprokit.errors import StartFailed
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
-from reprokit.run import rundirs
-from reprokit.run.handles import Ended
+from reprokit.run import files, liveness, machinelock, rundirs
+from reprokit.run.containers.base import LOCAL
+from reprokit.run.handles import Ended, Handle
 from reprokit.run.progress import MatrixProgress
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
 from reprokit.run.wiring import runtime_for
 
 TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class SessionStopped(files.StorageFailed):
+    """The storage refused a write: the session stopped after recording what it could (`outcomes`)."""
+
+    def __init__(self, message: str, outcomes: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -65,6 +82,12 @@ def run_cell(
         handle = runtime.start(cell, run_dir, profile)
     except StartFailed as exc:
         return rundirs.finish(run_dir, None, str(exc))
+    try:
+        _record(handle, run_dir)
+    except BaseException:
+        handle.stop()
+        handle.close()
+        raise
     started = time.monotonic()
     reason: str | None = None
     try:
@@ -74,15 +97,28 @@ def run_cell(
                 ended, reason = handle.stop(), "timeout"
                 break
             if progress is not None:
-                progress(rundirs.last_throughput(run_dir) or handle.describe(elapsed))
+                progress(handle.describe(elapsed))
             time.sleep(handle.poll_seconds)
     except KeyboardInterrupt:
         stopped = handle.stop()
         handle.close()
-        rundirs.finish(run_dir, stopped.exit_code, "interrupted")
+        # What can be recorded is; a full disk must not turn Ctrl-C into a traceback.
+        with contextlib.suppress(OSError):
+            rundirs.finish(run_dir, stopped.exit_code, "interrupted")
+            liveness.clear(run_dir)
         raise
     handle.close()
-    return settle(run_dir, ended, reason)
+    try:
+        return settle(run_dir, ended, reason)
+    finally:
+        with contextlib.suppress(OSError):  # an unlink needs no space; a read-only folder keeps it
+            liveness.clear(run_dir)
+
+
+def _record(handle: Handle, run_dir: Path) -> None:
+    process = handle.process()
+    if process is not None:
+        liveness.record(run_dir, *process)
 
 
 def settle(run_dir: Path, ended: Ended, reason: str | None = None) -> dict:
@@ -104,15 +140,44 @@ def run_cells(
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
     runs = session_dir.resolve() / "runs"
     outcomes: dict[str, dict] = {}
-    checked = False
     with _terminate_like_ctrl_c(), MatrixProgress(console, len(the_plan.cells)) as bars:
-        for index, cell in enumerate(the_plan.cells, 1):
-            run_dir = runs / cell.cell_id
-            label = f"[{index}/{len(the_plan.cells)}] {cell.cell_id}"
-            if resume and rundirs.is_complete(run_dir):
-                outcomes[cell.cell_id] = rundirs.summary(run_dir) or {}
-                bars.finish_cell(f"{label}: complete, not rerun")
-                continue
+        # Cells on this machine: one session at a time (a Slurm job's run.sh locks its node instead).
+        lock = (
+            machinelock.held(session_dir, bars.print)
+            if runtime.launches == LOCAL
+            else contextlib.nullcontext()
+        )
+        with lock:
+            stopped = _run_each(
+                the_plan, runtime, profile, runs, resume, timeout, report_line, bars, outcomes
+            )
+    if stopped is not None:
+        raise SessionStopped(stopped, list(outcomes.values()))
+    return list(outcomes.values())
+
+
+def _run_each(
+    the_plan: Plan,
+    runtime: Runtime,
+    profile: accelerators.Profile,
+    runs: Path,
+    resume: bool,
+    timeout: float | None,
+    report_line: Callable[[Cell, dict], None] | None,
+    bars: MatrixProgress,
+    outcomes: dict[str, dict],
+) -> str | None:
+    """The cells in order, each outcome into `outcomes`; why the session stopped early, if it did."""
+    checked = False
+    for index, cell in enumerate(the_plan.cells, 1):
+        run_dir = runs / cell.cell_id
+        label = f"[{index}/{len(the_plan.cells)}] {cell.cell_id}"
+        if resume and rundirs.is_complete(run_dir):
+            outcomes[cell.cell_id] = rundirs.summary(run_dir) or {}
+            bars.finish_cell(f"{label}: complete, not rerun")
+            continue
+        stopped = None
+        try:
             if run_dir.exists():
                 _clear_outputs(run_dir)
             needs = cell.needed_cells().values()
@@ -135,13 +200,20 @@ def run_cells(
                     timeout=timeout,
                     progress=lambda text, run_dir=run_dir: bars.update(run_dir, text),
                 )
-            outcomes[cell.cell_id] = outcome
-            if report_line is not None:
-                report_line(cell, outcome)
-                bars.finish_cell("")
-            else:
-                bars.finish_cell(describe(label, cell, outcome))
-    return list(outcomes.values())
+        except OSError as exc:
+            if not files.is_storage_failure(exc):
+                raise
+            stopped = f"{cell.cell_id}: the kit could not write {files.describe(exc)}"
+            outcome = {"status": "failed", "error": f"the kit could not write {files.describe(exc)}"}
+        outcomes[cell.cell_id] = outcome
+        if report_line is not None:
+            report_line(cell, outcome)
+            bars.finish_cell("")
+        else:
+            bars.finish_cell(describe(label, cell, outcome))
+        if stopped is not None:
+            return stopped
+    return None
 
 
 def _clear_outputs(run_dir: Path) -> None:
@@ -161,4 +233,5 @@ def describe(label: str, cell: Cell, outcome: dict) -> str:
             f"{rate:,.2f} {cell.unit}" if isinstance(rate, int | float) else "no rate (no step after warm-up)"
         )
         return f"[green]ok[/green]     {label}: {rate_text} over {outcome.get('steps')} steps"
-    return f"[red]{status}[/red] {label}: {outcome.get('error')}"
+    # Escaped: an error's own brackets ("[Errno 28]") are not markup.
+    return f"[red]{status}[/red] {label}: {escape(str(outcome.get('error')))}"

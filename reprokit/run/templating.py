@@ -1,20 +1,23 @@
 """Jinja2 with StrictUndefined over the templates a package ships: a missing value is an error, never
-an empty string in a Dockerfile or a job script."""
+an empty string in a Dockerfile or a job script. Job templates (scripts/jobs/: run.sh, sbatch.sh,
+bind-rank.sh) are shell files: every value in them goes through one of shellsafe's filters."""
 
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from reprokit import __version__
 from reprokit.errors import ReprokitError
+from reprokit.layout import JOBS
+from reprokit.run import shellsafe
 
 
 def render(folder: Path, template: str, **context) -> str:
-    """Render `template` from `folder` (the kit's docker/ folder, or a module's templates)."""
+    """Render `template` from `folder` (the kit's docker/ folder, its jobs folder, or a module's templates)."""
+    shell = Path(folder).resolve() == JOBS.resolve()
     env = Environment(
         loader=FileSystemLoader(str(folder)),
         undefined=StrictUndefined,
@@ -22,8 +25,9 @@ def render(folder: Path, template: str, **context) -> str:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=shellsafe.finalize if shell else None,
     )
-    env.filters["shquote"] = lambda value: shlex.quote(str(value))
+    env.filters.update(shellsafe.FILTERS)
     env.filters["basename"] = lambda value: os.path.basename(str(value))
     try:
         return env.get_template(template).render(version=__version__, **context)

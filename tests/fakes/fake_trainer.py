@@ -8,6 +8,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -98,11 +99,18 @@ def main() -> int:
     parser.add_argument("--fake_data_wait", type=float, default=None, help="the window's share spent on data")
     parser.add_argument("--fake_samples_per_joule", type=float, default=None, help="samples/J to report")
     parser.add_argument("--profile", default=None, help="a schedule: write a trace of its active steps")
+    parser.add_argument("--fake_ignore_term", action="store_true", help="ignore SIGTERM (a trainer that will not stop)")
+    parser.add_argument("--fake_fill", action="store_true", help="after two steps, write until the disk is full")
+    parser.add_argument("--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself")
     args, _ = parser.parse_known_args()
+    if args.fake_ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tensorboard").mkdir(exist_ok=True)
     (out / "fake.pid").write_text(str(os.getpid()))
+    # Exactly what it was started with: what a rendered script passed, word for word.
+    write_json_atomic(out / "argv.json", {"argv": sys.argv[1:]})
     print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
     if args.data_dir:
         found = sorted(
@@ -129,6 +137,14 @@ def main() -> int:
         )
         writer.writeheader()
         for step in range(1, args.fake_steps + 1):
+            if args.fake_fill and step == 3:
+                with open(out / "checkpoint.bin", "wb") as blob:  # a checkpoint bigger than the disk
+                    while True:
+                        blob.write(b"\0" * 65536)
+                        blob.flush()
+            if args.fake_kill_self and step == 3:
+                print(" 50%|█████     | 3/6 [00:01<00:01,  2.95it/s]", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
             if args.fake_crash and step == 3:
                 fh.flush()
                 print("Traceback (most recent call last):", file=sys.stderr)

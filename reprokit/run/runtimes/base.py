@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from reprokit.layout import JOBS
 from reprokit.plan.accelerators import Profile
-from reprokit.plan.cells import Cell, shell_args
-from reprokit.run import rundirs
+from reprokit.plan.cells import Cell, argv_lines
+from reprokit.run import files, machinelock, rundirs
 from reprokit.run.handles import Handle, NoOptions
 from reprokit.run.templating import render
 
@@ -59,15 +59,20 @@ class Runtime(ABC):
 
 def run_script(cell: Cell, profile: Profile) -> str:
     return render(
-        JOBS, "run.sh.j2", cell=cell, profile=profile, args=shell_args(cell.argv())
+        JOBS,
+        "run.sh.j2",
+        cell=cell,
+        profile=profile,
+        args=argv_lines(cell.argv()),
+        lock_dir=str(machinelock.SYSTEM_DIR),
+        lock_name=machinelock.NAME,
     )
 
 
 def write_run_dir_inputs(cell: Cell, profile: Profile, run_dir: Path) -> Path:
     """The host's half of the run directory: cell.json and run.sh (returned)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / rundirs.FILES["cell"]).write_text(json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n")
+    files.make_dir(run_dir)
+    files.write_text(run_dir / rundirs.FILES["cell"], json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n")
     script = run_dir / rundirs.FILES["run_script"]
-    script.write_text(run_script(cell, profile))
-    script.chmod(0o755)
+    files.write_text(script, run_script(cell, profile), files.SCRIPT_MODE)
     return script

@@ -21,6 +21,7 @@ profiling.py).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -41,6 +42,7 @@ from .breakdown import Breakdown
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
 from .energy import EnergyMeter
+from .machineload import LoadWatch
 from .profiling import StepProfiler
 
 
@@ -52,12 +54,18 @@ def now_iso() -> str:
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Write JSON so that a reader sees either nothing or the whole file, never half of it."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk or a read-only folder: no half-written temporary file left behind.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _version(dist: str) -> str | None:
@@ -268,6 +276,10 @@ class RunDir:
         self._tb = None
         # What the run did other than its publication, in the words the verdict shows, with its kind.
         self.departures: list[dict[str, str]] = []
+        # Whether others used the machine while the run measured (from its first logged step);
+        # REPROKIT_WATCH_LOAD=0 turns it off (the kit's own test suite), recorded as machine_load null.
+        self._load: LoadWatch | None = None
+        self._watch_load = os.environ.get("REPROKIT_WATCH_LOAD", "1") != "0"
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
             (self.path / FILES["tensorboard"]).mkdir(exist_ok=True)
@@ -339,6 +351,8 @@ class RunDir:
         shares = meter.breakdown.take_interval(seconds)
         if not self.main:
             return None
+        if self._load is None and self._watch_load:
+            self._load = LoadWatch().start()
         row = {
             "step": meter.marked_steps,
             "steps_total": meter.total_steps,
@@ -390,6 +404,10 @@ class RunDir:
         meter.finish()
         if not self.main:
             return None
+        load = self._load.stop() if self._load is not None else None
+        shared = self._load.departure() if self._load is not None else None
+        if shared:
+            self.depart(shared, THROUGHPUT)
         if self._csv is not None:
             self._csv.close()
         if self._tb is not None:
@@ -416,6 +434,7 @@ class RunDir:
             "num_nodes": int(os.environ.get("REPROKIT_NUM_NODES", os.environ.get("SLURM_NNODES", "1"))),
             "peak_memory_bytes": peak_bytes,
             "peak_memory_of": peak_of,
+            "machine_load": load,
             "finished_at": now_iso(),
             **meter.explained(self.path),
         }

@@ -1,0 +1,105 @@
+"""How the kit writes a file: whole or not at all, with its mode set explicitly whatever the umask
+(results 0644, folders and scripts 0755: nobody but their owner can change a measurement), no
+temporary file left behind when the write fails, and a storage failure (a full disk, a read-only
+mount, a permission) said in one line that names the path and the errno."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from reprokit.errors import ReprokitError
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+SCRIPT_MODE = 0o755
+# The umask bits the kit always adds: no file it (or a trainer it starts) writes is group- or
+# other-writable, even under umask 000.
+NO_SHARED_WRITE = 0o022
+# Failures of the storage rather than of the kit: retrying the next cell on it would fail alike.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+
+class StorageFailed(ReprokitError):
+    """The storage refused a write (ENOSPC, EROFS, EACCES, ...): one line naming the path and errno."""
+
+    exit_code = 1
+
+
+def describe(exc: OSError) -> str:
+    """`/path: No space left on device (ENOSPC)`: the path and the errno of a failed write, one line."""
+    where = exc.filename2 or exc.filename
+    name = errno.errorcode.get(exc.errno or 0, f"errno {exc.errno}")
+    what = exc.strerror or str(exc)
+    return f"{os.fsdecode(where) if where is not None else 'a file'}: {what} ({name})"
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
+
+
+def restrict_umask() -> None:
+    """Add group/other write to the process's umask (inherited by every trainer it starts)."""
+    os.umask(os.umask(0) | NO_SHARED_WRITE)
+
+
+def make_dir(path: Path, mode: int = DIR_MODE) -> Path:
+    """`path` and its missing parents, each created with `mode` (set explicitly: the umask may be 000)."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        os.chmod(folder, mode)
+    if not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "a file is there, not a folder", str(path))
+    return path
+
+
+def write_bytes(path: Path, data: bytes, mode: int = FILE_MODE) -> Path:
+    """Replace `path` with `data` atomically: readers see the old file or the new one, never half; a
+    failed write (ENOSPC in the middle) leaves the old file and no temporary one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # Named for the file being written, not its temporary twin (which is gone).
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+    return path
+
+
+def write_text(path: Path, text: str, mode: int = FILE_MODE) -> Path:
+    return write_bytes(path, text.encode("utf-8"), mode)
+
+
+def write_json(path: Path, payload: Any, mode: int = FILE_MODE) -> Path:
+    return write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n", mode)
+
+
+def open_append(path: Path, mode: int = FILE_MODE) -> IO[bytes]:
+    """A log opened for appending, created with `mode`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    return os.fdopen(fd, "ab")

@@ -1,0 +1,86 @@
+"""One machine, one measurement: a session that runs cells on this machine holds its lock, so a
+second session started beside it waits until the first one ends instead of halving both numbers.
+On a cluster each node's run.sh takes the same lock on its node (scripts/jobs/run.sh.j2), so two jobs
+sharing a node (--no-exclusive) measure one after the other.
+
+The lock is flock(2) on a file in /run/lock (or the temporary folder where /run/lock cannot be
+written), `REPROKIT_LOCK_DIR` elsewhere; the kernel releases it when its holder dies, however it
+dies, so a killed session never leaves the machine locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import getpass
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from reprokit.run import session
+
+NAME = "reprokit-machine.lock"
+SYSTEM_DIR = Path("/run/lock")
+# Set while a session holds the lock: the run.sh it starts does not take it a second time.
+HELD_ENV = "REPROKIT_MACHINE_LOCKED"
+
+
+def lock_dir() -> Path:
+    given = os.environ.get("REPROKIT_LOCK_DIR")
+    if given:
+        return Path(given)
+    return SYSTEM_DIR if os.access(SYSTEM_DIR, os.W_OK | os.X_OK) else Path(tempfile.gettempdir())
+
+
+def _open(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:  # another user's lock file: reading it is enough to lock it
+        return os.open(path, os.O_RDONLY)
+    if os.fstat(fd).st_uid == os.getuid():
+        os.fchmod(fd, 0o644)
+    return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        found = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        found = {}
+    if not isinstance(found, dict) or not found:
+        return "another session"
+    return f"session {found.get('session')} of {found.get('user')} (pid {found.get('pid')}, since {found.get('since')})"
+
+
+@contextlib.contextmanager
+def held(session_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold this machine's lock for the session, waiting (and saying so once) while another holds it."""
+    folder = lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _open(folder / NAME)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for this machine: {_holder(fd)} is measuring on it (Ctrl-C stops waiting)")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            me = {
+                "session": str(session_dir),
+                "user": getpass.getuser(),
+                "pid": os.getpid(),
+                "since": session.now(),
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+        os.environ[HELD_ENV] = "1"
+        try:
+            yield
+        finally:
+            os.environ.pop(HELD_ENV, None)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
