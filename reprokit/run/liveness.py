@@ -18,7 +18,7 @@ from typing import Any
 from reprokit.errors import ReprokitError
 from reprokit.run import files, rundirs
 
-FILE = "supervisor.json"
+FILE = rundirs.FILES["supervisor"]
 
 
 def _stat(pid: str) -> list[str] | None:

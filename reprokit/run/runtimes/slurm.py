@@ -196,7 +196,7 @@ class JobHandle(Handle):
         self.poll_seconds = poll_seconds
         self.state: JobState | None = None
         self._running_since: float | None = None
-        rundirs.write_json_atomic(run_dir / "slurm.json", record)
+        rundirs.write_json_atomic(run_dir / rundirs.FILES["slurm_job"], record)
 
     def _settled(self, state: JobState | None) -> Ended:
         self.record.update(
@@ -205,7 +205,7 @@ class JobHandle(Handle):
             exit_code=state.exit_code if state else None,
             nodes=state.nodes if state else None,
         )
-        rundirs.write_json_atomic(self.run_dir / "slurm.json", self.record)
+        rundirs.write_json_atomic(self.run_dir / rundirs.FILES["slurm_job"], self.record)
         if state is None:
             return Ended(None, f"Slurm job {self.job_id} vanished: neither scontrol nor sacct knows it")
         if state.state == "COMPLETED" and state.exit_code == 0:
@@ -277,7 +277,7 @@ class SlurmRuntime(Runtime):
             profile=profile,
             options=self.options,
             run_dir=str(run_dir),
-            script=str(run_dir / "sbatch.sh"),
+            script=str(run_dir / rundirs.FILES["sbatch"]),
             part=self.container.launch(cell, run_dir, profile, SRUN, mount),
             gpus_per_node=gpus_per_node(profile, cell.devices),
             bind=profile.launcher == "torchrun",
@@ -289,12 +289,12 @@ class SlurmRuntime(Runtime):
         run_dir = run_dir.resolve()
         write_run_dir_inputs(cell, profile, run_dir)
         if profile.launcher == "torchrun":
-            wrapper = run_dir / "bind-rank.sh"
+            wrapper = run_dir / rundirs.FILES["rank_binding"]
             wrapper.write_text(
                 render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile)
             )
             wrapper.chmod(0o755)
-        script = run_dir / "sbatch.sh"
+        script = run_dir / rundirs.FILES["sbatch"]
         script.write_text(self.job_script(cell, profile, run_dir))
         script.chmod(0o755)
         return script
