@@ -446,6 +446,31 @@ def test_ctrl_c_stops_the_container_and_records_the_interruption(engine, cpu_ima
 
 
 @pytest.mark.docker
+def test_a_kit_killed_with_sigkill_leaves_no_container_running(engine, cpu_image, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-orphaned"
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", "time.sleep(600)"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_RUN, str(run_dir), cell.trainer], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 60
+    while not (run_dir / "env.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run_dir / "env.json").exists(), "the container never started the trainer"
+    supervisor = json.loads((run_dir / "supervisor.json").read_text())
+    proc.kill()  # no handler runs: the kernel tells the warden, which stops the container
+    proc.wait(10)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and any(
+        c.status == "running" for c in leftover_containers(engine, run_dir)
+    ):
+        time.sleep(0.5)
+    assert not [c for c in leftover_containers(engine, run_dir) if c.status == "running"]
+    for container in leftover_containers(engine, run_dir):  # stopped, left for the next kit to see
+        container.remove(force=True)
+    assert supervisor["pid"] != proc.pid
+
+
+@pytest.mark.docker
 def test_a_missing_image_says_which_build_makes_it(engine):
     runtime = docker_runtime(image="reprokit/cpu:not-built")
     with pytest.raises(

@@ -61,7 +61,7 @@ class NoOptions:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_the_kit() -> Callable[[], None] | None:
+def die_with_the_kit() -> Callable[[], None] | None:
     """What a child runs before its command: ask the kernel for SIGTERM when the kit's process ends,
     however it ends (kill -9 included), so that no trainer outlives the kit that follows it; torchrun
     and mpirun pass the signal on to their ranks. None where the kernel has no such request."""
@@ -98,7 +98,7 @@ class ProcessHandle(Handle):
                 cwd=run_dir,
                 start_new_session=True,
                 # A prctl call in the child, nothing that takes a lock another thread may hold.
-                preexec_fn=_die_with_the_kit(),
+                preexec_fn=die_with_the_kit(),
             )
         except BaseException:
             self._log.close()

@@ -14,6 +14,8 @@ import json
 import os
 import secrets
 import shlex
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images, rundirs
 from reprokit.run.containers.base import LOCAL, Container, Launch
-from reprokit.run.handles import Ended, Handle
+from reprokit.run.handles import Ended, Handle, die_with_the_kit
 
 CONTAINER_RUNS = "/reprokit/runs"
 CONTAINER_HF_HOME = "/reprokit/hf-home"
@@ -203,6 +205,13 @@ class DockerHandle(Handle):
             target=_copy_logs, args=(self.container, run_dir / rundirs.FILES["stdout"]), daemon=True
         )
         self.streamer.start()
+        # The container outlives a kit killed with -9 unless someone stops it: the warden does.
+        self.warden = subprocess.Popen(
+            [sys.executable, "-m", "reprokit.run.containers.warden", self.container.id],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_the_kit(),
+        )
 
     def poll(self) -> Ended | None:
         if self.streamer.is_alive():
@@ -233,6 +242,12 @@ class DockerHandle(Handle):
         # Already gone is fine: its output and exit code were kept.
         with contextlib.suppress(DockerException):
             self.container.remove(force=True)
+        self.warden.kill()  # its container is gone: nothing left for it to stop
+        self.warden.wait()
+
+    def process(self) -> tuple[int, int]:
+        # While the warden lives, the container may still run: a resume must not start a second one.
+        return self.warden.pid, self.warden.pid
 
 
 def _copy_logs(container, log_path: Path) -> None:
