@@ -16,6 +16,7 @@ from invoke import Collection, task
 
 from reprokit import image_tasks, result_tasks
 from reprokit.console import console
+from reprokit.errors import ReprokitError
 from reprokit.options import (
     RENDER_FIELDS,
     RESUME_FIELDS,
@@ -65,14 +66,17 @@ def show(c, recipe, options: RunOptions, json_=False):
     options, _ = with_settings(options)
     loaded = recipes.load(recipe)
     chosen = accelerators.resolve(options.accelerator)
+    scale = choose_scale(options.scale, chosen)
     found = cells.expand(
         loaded,
         recipe,
         chosen,
-        choose_scale(options.scale, chosen),
+        scale,
         options.variant or None,
         count("--devices", options.devices, "devices per node"),
     )
+    if not found:
+        raise ReprokitError(cells.nothing_to_run(loaded, chosen, scale, options.variant or None))
     if json_:
         payload = {
             "recipe": loaded.name,

@@ -158,6 +158,9 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
     assert command.split() == comment.split()
     if has_volo:
         assert "--model volo_d5 --img-size 224 -b 44 --lr 1.0e-4" in comment
+        # The job's own global batch over its five nodes, not the published one node's 8 x 44 = 352.
+        assert "# This job's global batch: 5 node(s) x 8 device(s) x 44 per device = 1760." in text
+        assert not [line for line in text.splitlines() if "= 352" in line and "published one-node" not in line]
 
 
 def test_the_sbatch_script_exports_the_rendezvous_and_runs_run_sh_once_per_node(tmp_path):

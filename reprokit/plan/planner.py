@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators, recipes
-from reprokit.plan.cells import Cell, cell_id, expand
+from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data
 from reprokit.plan.request import Request
 
@@ -62,8 +62,9 @@ def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) 
 
 
 def plan(request: Request, *, fit_devices: bool = True) -> Plan:
-    """The cells of `request`. `fit_devices`: published cells run locally on at most the devices
-    this machine has (not wanted when only rendering for another machine)."""
+    """The cells of `request`; an empty plan is an error naming why. `fit_devices`: the plan is for this
+    machine (published cells run locally on at most the devices it has, on one node); not wanted when
+    only rendering for another machine."""
     messages: list[str] = []
     accelerator = accelerators.resolve(request.accelerator)
     profile = accelerators.get(accelerator)
@@ -82,6 +83,7 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
     loaded = {name: recipes.load(name) for name in names}
     real_data = resolve_data(list(loaded.values()), request.data)
     found: list[Cell] = []
+    empty: list[str] = []
     for name in names:
         recipe = loaded[name]
         messages.extend(f"warning: {w}" for w in recipe.warnings)
@@ -90,6 +92,11 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
             expand(recipe, name, accelerator, scale, request.variants)  # raises: names the variants
         if request.variants and wanted is None:
             continue
+        asked_for = [v for v in recipe.variants if wanted and v.name in wanted]
+        messages.extend(
+            f"warning: {why}; left out" for v in asked_for if (why := left_out(recipe, v, accelerator, scale))
+        )
+        before = len(found)
         counts = request.nodes if isinstance(request.nodes, list) else [request.nodes]
         for count in counts:
             suffix = f"--{count}n" if len(counts) > 1 else ""
@@ -100,4 +107,18 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
                     cell.repeat, cell.repeats = repeat, request.repeat
                     cell.series_id = cell_id(cell.recipe, cell.variant, suffix)
                     found.append(cell)
+        if len(found) == before:
+            empty.append(nothing_to_run(recipe, accelerator, scale, wanted))
+            if not wanted:
+                messages.append(f"note: {empty[-1]}")
+    if not found:
+        # Every recipe and variant asked for was left out: an empty session is never what was meant.
+        raise ReprokitError(f"nothing to run: {'; '.join(dict.fromkeys(empty))}")
+    if fit_devices and runtime == "local":
+        several = sorted({c.nodes for c in found if c.nodes > 1})
+        if several:
+            raise ReprokitError(
+                f"--nodes {','.join(map(str, several))}: the local runtime runs cells on this machine only; "
+                "several nodes need --runtime slurm"
+            )
     return Plan(accelerator, scale, runtime, found, messages, devices, request.nodes, container)
