@@ -61,6 +61,26 @@ def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) 
     return runtime, chosen, why
 
 
+def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | None:
+    """The devices per cell on this machine: what --devices asked, checked against what is here where
+    it can be listed, or, for published cells, the published 8 capped at what is here (a smaller
+    machine runs and is compared per device). A machine whose devices cannot be counted, or whose
+    layout cannot hold the ranks (MIG), is refused in one line: a count is never guessed."""
+    if asked is None and scale != "published":
+        return None  # each recipe's own (the smoke scale: one device)
+    try:
+        here = accelerators.devices_here(accelerator)
+    except ReprokitError:
+        if asked is not None:
+            return asked  # the user's count, which nothing here can check
+        raise
+    wanted = asked if asked is not None else min(here.count, 8)
+    refusal = here.refusal(wanted, asked=asked is not None)
+    if refusal:
+        raise ReprokitError(refusal)
+    return wanted
+
+
 def plan(request: Request, *, fit_devices: bool = True) -> Plan:
     """The cells of `request`; an empty plan is an error naming why. `fit_devices`: the plan is for this
     machine (published cells run locally on at most the devices it has, on one node); not wanted when
@@ -75,10 +95,7 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
         reason = f" ({why})" if why else ""
         inside = "" if container == "none" else f" in {container}"
         messages.append(f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}.")
-    devices = request.devices
-    if fit_devices and scale == "published" and devices is None and runtime == "local":
-        # Published runs used 8 devices; on a smaller machine run per device and compare per device.
-        devices = min(accelerators.device_count(accelerator), 8)
+    devices = fitted_devices(accelerator, scale, request.devices) if fit_devices and runtime == "local" else request.devices
     names = request.recipes or recipes.available()
     loaded = {name: recipes.load(name) for name in names}
     real_data = resolve_data(list(loaded.values()), request.data)
