@@ -675,3 +675,23 @@ def test_gaudi_cells_in_this_machines_python_need_habanas_stack(tmp_path):
     assert slurm_runtime().auto_container(profile) == ("apptainer", None)
     with pytest.raises(ReprokitError, match=r"^the gaudi2 cells need habana_frameworks in the Python that runs them"):
         NoContainer(NoOptions()).check(profile, "slurm")
+
+
+@pytest.mark.parametrize("platform", ["pyxis", "apptainer"])
+def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writable_scratch(tmp_path, platform):
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    script = render_slurm(
+        tmp_path, "bridgetower", "--accelerator", "cuda", "--container", platform, "--variant", "workers0",
+        "--data", f"dataset_cache={cache}",
+    )  # fmt: skip
+    text = script.read_text()
+    mount = script.parent.parent.parent.resolve()
+    if platform == "pyxis":
+        assert f"  --container-mounts={mount}:{mount},{cache}:{cache}:ro \\" in text
+    else:
+        assert f"apptainer exec --nv --bind {mount}:{mount},{cache}:{cache}:ro " in text
+    assert 'export REPROKIT_SCRATCH="$RUN_DIR/.scratch"' in text
+    # The trainer is told the cache itself (its view is its own business), and no stand-in.
+    run_sh = (script.parent / "run.sh").read_text()
+    assert f"--cache_dir {cache}" in run_sh and "--synthetic_data" not in run_sh and "--random_init" not in run_sh

@@ -95,7 +95,7 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
         reason = f" ({why})" if why else ""
         inside = "" if container == "none" else f" in {container}"
         messages.append(f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}.")
-    devices = fitted_devices(accelerator, scale, request.devices) if fit_devices and runtime == "local" else request.devices
+    devices = request.devices
     names = request.recipes or recipes.available()
     loaded = {name: recipes.load(name) for name in names}
     real_data = resolve_data(list(loaded.values()), request.data)
@@ -138,4 +138,8 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
                 f"--nodes {','.join(map(str, several))}: the local runtime runs cells on this machine only; "
                 "several nodes need --runtime slurm"
             )
+        # After the recipes are checked: a bad recipe is named before the machine is looked at.
+        devices = fitted_devices(accelerator, scale, request.devices)
+        for cell in found if devices is not None else []:
+            cell.devices = devices
     return Plan(accelerator, scale, runtime, found, messages, devices, request.nodes, container)
