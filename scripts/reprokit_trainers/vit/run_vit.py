@@ -509,7 +509,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         total_steps=planned_steps(train_args, len(loader)),
     )
     seen: dict[str, str] = {}
-    train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
+    with imagenet.bad_images_named(PROG):
+        train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
     logger.close()
     # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
     software = {

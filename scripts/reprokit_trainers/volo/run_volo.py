@@ -657,7 +657,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         train_args.logging_steps,
         total_steps=planned_steps(train_args, len(run.loader)),
     )
-    steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    with imagenet.bad_images_named(PROG):
+        steps, epochs = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
     switches: dict[str, Any] = {
         "loader": data_args.loader,
