@@ -1019,6 +1019,15 @@ def software_in_effect(
     }
 
 
+def mfu_precision(software: dict[str, str | None], training_args: TrainingArguments) -> str:
+    """The precision the matmuls ran in, for the MFU's peak: the mixed precision read from the first
+    forward, or, where it could not be read (HPU lazy mode, torch.compile), the one asked for."""
+    mixed = software["mixed_precision"] or ""
+    if mixed.startswith("not read"):
+        mixed = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
+    return flops.matmul_precision(mixed, software["tf32"] in ("on", "matmul only"))
+
+
 def image_mode_error(error: ImageModeError) -> str:
     """The one line of an image the published transform cannot take, also when a loader worker
     raised it (its message then carries the worker's traceback; the last line is the error's)."""
@@ -1178,7 +1187,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         software=software,
         **switches,
         **flops.summary_fields(
-            sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
+            sample_flops,
+            throughput.meter.samples_per_second,
+            world_size,
+            bench.device_peak_tflops,
+            mfu_precision(software, training_args),
         ),
     )
 

@@ -40,11 +40,16 @@ def set_tf32(prog: str, enabled: bool | None) -> dict[str, Any]:
 
 
 def finish(
-    logger: StepLogger, arguments: Sequence[Any], sample_flops: float | None, **fields: Any
+    logger: StepLogger,
+    arguments: Sequence[Any],
+    sample_flops: float | None,
+    mfu_precision: str,
+    **fields: Any,
 ) -> dict[str, Any] | None:
     """Write summary.json into the logger's run directory (rank 0; None elsewhere) with the trainer's
     ``fields``, then every argument of the run (``arguments``: its parsed dataclasses), the loop's
-    final loss and the MFU; then leave the process group."""
+    final loss and the MFU over the peak of ``mfu_precision`` (flops.matmul_precision); then leave the
+    process group."""
     meter = logger.meter
     peak = next(parsed.device_peak_tflops for parsed in arguments if isinstance(parsed, MfuArguments))
     world = dist.get_world_size() if dist.is_initialized() else 1  # as init_process_group returned it
@@ -54,7 +59,7 @@ def finish(
         **fields,
         args=arguments_dict(*arguments),
         **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, peak),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, peak, mfu_precision),
     )
     destroy_process_group()
     return summary

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from . import hardware
+from . import devicememory, hardware
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
 
@@ -151,6 +151,7 @@ class ThroughputMeter:
     def _mark(self) -> None:
         _synchronize()
         now = time.perf_counter()
+        devicememory.sample()  # NVML's view of the process's memory, after the clock: not timed
         if self.steps == self.warmup_steps:
             # The steady-state clock starts at the end of the last warm-up step.
             self.measured_start = now
@@ -359,6 +360,8 @@ class RunDir:
             "num_nodes": int(os.environ.get("REPROKIT_NUM_NODES", os.environ.get("SLURM_NNODES", "1"))),
             "peak_memory_bytes": peak_bytes,
             "peak_memory_of": peak_of,
+            # What the device saw the process hold, the allocator's peak and all it does not count.
+            **devicememory.fields(),
             "finished_at": now_iso(),
         }
         summary.update(extra)

@@ -526,6 +526,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
+        flops.matmul_precision(seen.get("mixed_precision") or prec.mode, tf32["tf32_matmul"]),
         model=model_args.model_name_or_path,
         model_size=size,
         parameters=parameters,

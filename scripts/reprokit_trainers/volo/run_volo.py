@@ -677,6 +677,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
+        flops.matmul_precision(run.amp_mode, tf32["tf32_matmul"]),
         model=model_args.model_name_or_path,
         img_size=run.img_size,
         token_label_size=run.label_size,
