@@ -14,7 +14,9 @@ CPU_DRY = ("--accelerator", "cpu", "--scale", "smoke", "--dry-run")
 
 
 @pytest.mark.parametrize("program", [("-m", "invoke"), ("-m", "reprokit")])
-@pytest.mark.parametrize("task", ["reproduce", "run", "show", "render", "report", "resume", "history", "compare"])
+@pytest.mark.parametrize(
+    "task", ["reproduce", "run", "show", "render", "report", "resume", "history", "compare", "preflight"]
+)
 def test_every_task_prints_its_help_in_both_commands(program, task):
     result = subprocess.run(
         [sys.executable, *program, task, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120

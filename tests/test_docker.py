@@ -544,3 +544,17 @@ def test_a_read_only_dataset_cache_is_trained_on_as_given_in_the_image(engine, c
     assert summary["departures"] == []
     assert summary["cache_read_through"].startswith("/tmp/reprokit-scratch/")
     assert sorted(str(p) for p in cache.rglob("*")) == before
+
+
+@pytest.mark.docker
+def test_the_preflight_reads_a_base_back_and_holds_it_to_bases_yaml(engine):
+    """What `inv preflight` runs in a base image: its OS, glibc and Python read back and confirmed
+    against the manifest the pins were resolved on (here the cpu profile's Debian bookworm base)."""
+    from reprokit.preflight import baseimage
+
+    output = engine.containers.run(BASE_IMAGE, ["sh", "-c", baseimage.script("python3")], remove=True)
+    facts = baseimage.parse(output.decode())
+    assert facts.os.startswith("Debian GNU/Linux 12") and facts.glibc == "2.36" and facts.python.startswith("3.11.")
+    compared = baseimage.compare(accelerators.bases()["python-3.11-slim-bookworm"], facts)
+    assert compared.wrong == []
+    assert {"os Debian 12 (bookworm)", "glibc 2.36", "python 3.11", "compiler absent", "numactl absent"} <= set(compared.confirmed)

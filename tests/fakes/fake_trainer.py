@@ -59,6 +59,7 @@ def main() -> int:
         "--fake_linger", type=float, default=0.0, help="stay alive this long after writing summary.json"
     )
     parser.add_argument("--data_dir", default=None, help="real data: what the trainer finds there is recorded")
+    parser.add_argument("--fake_departure", default=None, help="record this throughput departure")
     args, _ = parser.parse_known_args()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -126,7 +127,7 @@ def main() -> int:
                 "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
                 "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
             },
-            "departures": [],
+            "departures": [{"reason": args.fake_departure, "kind": "throughput"}] if args.fake_departure else [],
             # A fake runs whatever software its cell expects (cell.json, written by the host).
             "software": json.loads((out / "cell.json").read_text()).get("software", {}) if (out / "cell.json").exists() else {},
             "warmup_steps": 2,

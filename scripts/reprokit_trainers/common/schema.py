@@ -12,7 +12,8 @@ another divided by a number (VOLO's token-label size is its image size / 16: ``{
 "divided_by", "why"}``), or a step count is above another where it counts steps at all (max_steps
 over the warm-up: ``{"arg", "above", "from", "why"}``, ``from`` the first value that is a count). ``roles`` name
 the arguments the host reads without knowing the trainer: the per-device batch, the loader workers,
-the step cap, and the switches whose effect the trainer records (arg -> recorded summary field).
+the step cap, the warm-up steps, the logging interval, the arguments that choose the data path
+(``loader``: a list), and the switches whose effect the trainer records (arg -> recorded summary field).
 """
 
 from __future__ import annotations
