@@ -732,3 +732,19 @@ def test_tf32_is_set_over_ngcs_override_and_recorded(tmp_path):
     precision = json.loads((run_dir / "sysinfo.json").read_text())["precision"]
     assert precision["tf32_matmul"] is False and precision["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "0"
     assert json.loads((run_dir / "summary.json").read_text())["software"]["tf32"] == "off"
+
+
+def test_the_bare_tf32_flag_the_host_writes_is_the_trainers_to_set_even_off_a_gpu():
+    """The cuda cells' `tf32: true` renders as a bare --tf32; TrainingArguments' own wants a value and
+    refuses true off an Ampere GPU, so the trainer takes it and sets it itself (a CPU dry run parses)."""
+    from reprokit_trainers.common.args import take_bool_flag
+
+    assert take_bool_flag(["--tf32", "--do_train"], "tf32") == (["--do_train"], True)
+    assert take_bool_flag(["--x", "1", "--tf32"], "tf32") == (["--x", "1"], True)
+    assert take_bool_flag(["--tf32", "false", "--y"], "tf32") == (["--y"], False)
+    assert take_bool_flag(["--tf32=true"], "tf32") == ([], True)
+    assert take_bool_flag(["--do_train"], "tf32") == (["--do_train"], None)
+    *_, training_args, platform = run_bridgetower.parse_args(
+        ["--output_dir", "/tmp/unused", "--do_train", "--tf32", "--model_config_json", json.dumps(TINY)]
+    )
+    assert platform.tf32 is True and training_args.tf32 is None

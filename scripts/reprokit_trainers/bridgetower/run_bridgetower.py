@@ -58,7 +58,13 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from reprokit_trainers.common import caches, flops, kernels, loop
-from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
+from reprokit_trainers.common.args import (
+    MfuArguments,
+    config_error,
+    one_line_errors,
+    parse_command_line,
+    take_bool_flag,
+)
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.synthetic import (
     CARTOON_HEIGHTS,
@@ -262,13 +268,17 @@ class Platform:
 
     on_gaudi: bool
     gaudi_config: gaudi.GaudiConfigFile | None = None
+    # --tf32 as asked (None: the framework's default), set by the trainer before anything asks cuBLAS.
+    tf32: bool | None = None
 
 
 def parse_args(
     argv: Sequence[str] | None = None,
 ) -> tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, Platform]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    # --tf32 is the kit's to set (precision.set_tf32, over NGC's cuBLAS override), not TrainingArguments':
+    # its own refuses true off an Ampere GPU (a CPU dry run of a cuda cell) and sets no override.
+    argv, tf32 = take_bool_flag(sys.argv[1:] if argv is None else argv, "tf32")
     model_class, data_class, bench_class, training_class = ARGUMENTS
     gaudi_config = None
     stack = gaudi.habana_stack()
@@ -317,7 +327,7 @@ def parse_args(
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
             raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
-    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None)
+    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None, tf32)
 
 
 def check_accelerator_flags(
@@ -1049,9 +1059,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     on_gaudi = platform.on_gaudi
     mediapipe = data_args.mediapipe_dataloader  # parse_args has checked it can run
     setup_logging(training_args)
-    # --tf32 as asked (TrainingArguments set torch's flags; this sets NGC's cuBLAS override too and reads
-    # the state back) before anything asks cuBLAS whether it may use TF32.
-    tf32 = loop.set_tf32(PROG, training_args.tf32)
+    # --tf32 as asked, NGC's cuBLAS override included, read back, before anything asks cuBLAS about it.
+    tf32 = loop.set_tf32(PROG, platform.tf32)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)
