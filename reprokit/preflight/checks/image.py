@@ -49,7 +49,11 @@ class Image(Check):
                     "with the train extra"
                 )
             ]
-        text, source, layer = self._read_back(context)
+        try:
+            text, source, layer = self._read_back(context)
+        except Exception as error:  # noqa: BLE001 -- the engine's and the tools' errors alike: said, not raised
+            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            return [self.finding(f"the image's base could not be read back: {first}", True)]
         if text is None:
             return [self.finding(source)]
         return self._compared(context, baseimage.parse(text), source, layer)
