@@ -197,3 +197,29 @@ def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monke
         ("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)
     ]
     assert by_mode[("no", False)]["mfu"] == pytest.approx(10.0 / 19.5)
+
+
+@pytest.mark.parametrize("trainer", ["bridgetower", "volo", "vit"])
+def test_a_cell_planned_for_gpus_never_trains_on_the_cpu_unseen(trainer, tmp_path):
+    """run.sh says what the cell was planned for; a process that sees no CUDA device stops in one line."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    prog = {"bridgetower": "run_bridgetower.py", "volo": "run_volo.py", "vit": "run_vit.py"}[trainer]
+    extra = ["--do_train"] if trainer == "bridgetower" else []
+    result = subprocess.run(
+        [sys.executable, "-m", f"reprokit_trainers.{trainer}", "--output_dir", str(tmp_path / "run"), *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "REPROKIT_ACCELERATOR": "cuda", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{prog}: error: this cell was planned for cuda and this process sees no CUDA device: make the GPUs "
+        "visible (docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu"
+    )
+    assert not (tmp_path / "run" / "summary.json").exists()

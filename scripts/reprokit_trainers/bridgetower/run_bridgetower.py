@@ -1061,6 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     setup_logging(training_args)
     # --tf32 as asked, NGC's cuBLAS override included, read back, before anything asks cuBLAS about it.
     tf32 = loop.set_tf32(PROG, platform.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)

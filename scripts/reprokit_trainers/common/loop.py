@@ -8,6 +8,7 @@ is written, last, with what every loop reports beside its own fields, and the pr
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +29,29 @@ def quiet_notices(*messages: str) -> None:
     warnings.filterwarnings("ignore", message=".*torch.jit.interface", category=FutureWarning)  # timm import
     for message in messages:
         warnings.filterwarnings("ignore", message=message)
+
+
+def require_accelerator(prog: str) -> None:
+    """A cell planned for GPUs (run.sh says which: REPROKIT_ACCELERATOR) never trains on the CPU unseen,
+    nor on fewer devices than its ranks: a process that sees no CUDA device, or a local rank beyond
+    what it sees, ends the trainer in one line."""
+    if os.environ.get("REPROKIT_ACCELERATOR") != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise config_error(
+            prog,
+            "this cell was planned for cuda and this process sees no CUDA device: make the GPUs visible "
+            "(docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu",
+        )
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if local >= count:
+        raise config_error(
+            prog,
+            f"local rank {local} has no CUDA device: this process sees {count} (under MIG, one MIG device per "
+            "process); run as many ranks per node as there are devices (--devices)",
+        )
 
 
 def set_tf32(prog: str, enabled: bool | None) -> dict[str, Any]:

@@ -447,6 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # Before anything asks cuBLAS whether it may use TF32 (the published rungs: on, as torch <= 1.11
     # had it by default in 2022; the recipe's assumptions give the sources).
     tf32 = loop.set_tf32(PROG, device_args.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()

@@ -614,6 +614,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     loop.quiet_notices()
     model_args, data_args, train_args, device_args = parse_args(argv)
     tf32 = loop.set_tf32(PROG, device_args.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Join the process group (torchrun's; a process started alone trains without one)
     device = accelerator_device()
