@@ -16,3 +16,9 @@ class RunFailed(ReprokitError):
 class StartFailed(ReprokitError):
     """One cell could not be started (its container refused to run): it is recorded as failed and the
     matrix goes on."""
+
+
+class PreflightFailed(ReprokitError):
+    """A preflight found cells that would not run or not be judged: the table above says why."""
+
+    exit_code = 1

@@ -103,6 +103,8 @@ OPTIONS = {item.name: item for item in fields(RunOptions)}
 PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image", "user")
 RUN_FIELDS = tuple(OPTIONS)
 RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat"))
+# What a preflight takes: the session `reproduce` would run (it runs nothing of it but a few steps).
+PREFLIGHT_FIELDS = tuple(name for name in OPTIONS if name not in ("resume", "dry_run", "repeat"))
 # What a resumed session may be given: where results go, how long a cell may take, the plug-ins' options.
 RESUME_FIELDS = ("out", "timeout", "partition", "account", "time_limit", "exclusive", "image", "dry_run")
 

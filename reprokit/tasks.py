@@ -16,7 +16,9 @@ from invoke import Collection, task
 
 from reprokit import image_tasks, result_tasks
 from reprokit.console import console
+from reprokit.errors import PreflightFailed, ReprokitError
 from reprokit.options import (
+    PREFLIGHT_FIELDS,
     RENDER_FIELDS,
     RESUME_FIELDS,
     RUN_FIELDS,
@@ -65,14 +67,17 @@ def show(c, recipe, options: RunOptions, json_=False):
     options, _ = with_settings(options)
     loaded = recipes.load(recipe)
     chosen = accelerators.resolve(options.accelerator)
+    scale = choose_scale(options.scale, chosen)
     found = cells.expand(
         loaded,
         recipe,
         chosen,
-        choose_scale(options.scale, chosen),
+        scale,
         options.variant or None,
         count("--devices", options.devices, "devices per node"),
     )
+    if not found:
+        raise ReprokitError(cells.nothing_to_run(loaded, chosen, scale, options.variant or None))
     if json_:
         payload = {
             "recipe": loaded.name,
@@ -167,8 +172,40 @@ def resume(c, session, options: RunOptions):
     _run([], replace(options, resume=session))
 
 
+@options_task(
+    PREFLIGHT_FIELDS,
+    recipe_help=RECIPES_HELP,
+    extra={"steps": (True, "run a few real steps of each trainer and loader variant (--no-steps: the quick checks only)")},
+)
+@friendly
+def preflight(c, recipe, options: RunOptions, steps=True):
+    """Check this machine before a long run: per cell of the session `reproduce` would run with these
+    flags, would it be judged, or why not (devices, image, storage, data, a few real steps, the
+    collective across nodes). Exits non-zero on any cell that would not."""
+    import time
+
+    from reprokit import preflight as checking
+
+    started = time.monotonic()
+    options, site = with_settings(options)
+    asked = request(recipe_names(recipe), options, site)
+    report = checking.run(asked, options.out, steps)
+    for message in report.messages:
+        console.print(message)
+    print(checking.describe(asked, report))
+    print(report.table())
+    console.print(f"Preflight took {time.monotonic() - started:.0f} s.")
+    refused = report.refused()
+    if refused:
+        first = refused[0]
+        raise PreflightFailed(
+            f"{len(refused)} of {len(report.cells)} cell(s) would not run or be judged; "
+            f"{first.cell.cell_id}: {first.because}"
+        )
+
+
 ns = Collection(
     recipes_, show, render, image_tasks.build, image_tasks.pins, image_tasks.wheelhouse, image_tasks.export_,
-    run, reproduce, resume, result_tasks.collect, result_tasks.report, result_tasks.history, result_tasks.compare,
+    run, reproduce, resume, preflight, result_tasks.collect, result_tasks.report, result_tasks.history, result_tasks.compare,
     result_tasks.export_results,
 )  # fmt: skip

@@ -14,7 +14,9 @@ CPU_DRY = ("--accelerator", "cpu", "--scale", "smoke", "--dry-run")
 
 
 @pytest.mark.parametrize("program", [("-m", "invoke"), ("-m", "reprokit")])
-@pytest.mark.parametrize("task", ["reproduce", "run", "show", "render", "report", "resume", "history", "compare"])
+@pytest.mark.parametrize(
+    "task", ["reproduce", "run", "show", "render", "report", "resume", "history", "compare", "preflight"]
+)
 def test_every_task_prints_its_help_in_both_commands(program, task):
     result = subprocess.run(
         [sys.executable, *program, task, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
@@ -62,3 +64,51 @@ def test_several_recipes_are_given_separated_by_commas():
     assert result.returncode == 0, result.stderr
     ids = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("# ") and "--" in line.split()[1]]
     assert {i.split("--")[0] for i in ids} == {"bridgetower", "volo"}
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("vit-speedups", "--variant", "compile", "--accelerator", "cpu"),
+            "nothing to run: variant compile of vit-speedups runs only on cuda, not cpu",
+        ),
+        (
+            ("volo", "--variant", "pretrain-d5", "--accelerator", "cpu", "--scale", "smoke"),
+            "nothing to run: variant pretrain-d5 of volo has no smoke scale (the smoke scale runs pretrain-d1, finetune-d1-384, pretrain-d1-modern-kernels)",
+        ),
+        (
+            ("volo", "--accelerator", "gaudi2"),
+            "nothing to run: recipe volo has no variant for gaudi2 at the published scale (its variants run on cpu, cuda)",
+        ),
+    ],
+    ids=["accelerator", "scale", "recipe"],
+)
+def test_a_plan_with_no_cell_is_an_error_naming_why(args, expected):
+    result = run_inv("reproduce", *args, "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"reprokit: {expected}"
+
+
+def test_a_variant_left_out_beside_others_that_run_is_named():
+    result = run_inv("reproduce", "all", "--variant", "compile", "--variant", "workers0", *CPU_DRY)
+    assert result.returncode == 0, result.stderr
+    assert "warning: variant compile of vit-speedups runs only on cuda, not cpu; left out" in result.stderr
+    assert "# bridgetower--workers0 " in result.stdout
+
+
+def test_several_nodes_with_the_local_runtime_are_refused_before_anything_runs(tmp_path):
+    result = run_inv("reproduce", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--nodes", "2",
+                     "--runtime", "local", "--out", str(tmp_path))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "reprokit: --nodes 2: the local runtime runs cells on this machine only; several nodes need --runtime slurm"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_for_an_accelerator_no_variant_runs_on_says_so_and_writes_nothing(tmp_path):
+    result = run_inv("render", "volo", "--accelerator", "gaudi2", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "recipe volo has no variant for gaudi2" in result.stderr.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []

@@ -68,3 +68,13 @@ def test_data_reaches_the_trainer_under_the_local_runtime_and_is_recorded(tmp_pa
     assert json.loads((session / "session.json").read_text())["request"]["data"] == {"imagenet": str(root)}
     (row,) = collect.rows(session)
     assert row["data"] == f"imagenet={root}"
+
+
+def test_a_given_dataset_cache_replaces_the_smoke_scales_synthetic_data_and_random_weights(tmp_path):
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    (cell,) = cells.expand(
+        recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"], data={"dataset_cache": str(cache)}
+    )
+    assert cell.args["cache_dir"] == str(cache)
+    assert "synthetic_data" not in cell.args and "random_init" not in cell.args

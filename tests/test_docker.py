@@ -173,6 +173,19 @@ def test_the_hub_cache_is_mounted_read_only_when_the_user_has_one(tmp_path, monk
     assert spec.environment["HF_HUB_CACHE"] == "/reprokit/hf-home/hub"
 
 
+def test_given_data_is_mounted_read_only_and_the_trainer_gets_a_scratch_folder_it_may_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hub-cache"))
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    (cell,) = cells.expand(
+        recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"], data={"dataset_cache": str(cache)}
+    )
+    spec = docker_platform.container_spec(cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img")
+    assert spec.volumes[str(cache)] == {"bind": str(cache), "mode": "ro"}
+    assert spec.environment["REPROKIT_SCRATCH"] == "/tmp/reprokit-scratch"
+    assert "  -e REPROKIT_SCRATCH=/tmp/reprokit-scratch \\" in spec.command_line()
+
+
 def test_the_wheelhouse_holds_wheels_for_the_images_python_and_glibc(tmp_path):
     argv = images.wheelhouse_command(accelerators.get("cpu"), tmp_path)
     assert argv[1:4] == ["-m", "pip", "download"]
@@ -533,3 +546,41 @@ def test_real_data_is_mounted_read_only_at_its_own_path(engine, cpu_image, tmp_p
     assert str(root / "train" / "n01440764" / "n01440764_1.JPEG") in seen
     assert "read-only: 30" in (run_dir / "stdout.log").read_text()  # EROFS
     assert not (root / "written-by-the-run").exists()
+
+
+@pytest.mark.docker
+def test_a_read_only_dataset_cache_is_trained_on_as_given_in_the_image(engine, cpu_image, tmp_path):
+    """--data dataset_cache=P is mounted read-only; datasets 3.6 writes a lock beside the data it loads.
+    The BridgeTower cell trains on P's dataset and checkpoint (through the trainer's writable view in the
+    container), never on synthetic data or random weights, and P is left as it was."""
+    pytest.importorskip("transformers")
+    from tests.fakes.newyorker import newyorker_cache
+    from tests.test_trainer_bridgetower import TINY
+
+    cache = newyorker_cache(tmp_path / "hf-cache", TINY)
+    before = sorted(str(p) for p in cache.rglob("*"))
+    result = run_inv(
+        "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
+        "--variant", "workers0", "--data", f"dataset_cache={cache}", "--out", str(tmp_path / "out"), timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (session,) = (tmp_path / "out").iterdir()
+    summary = json.loads((session / "runs" / "bridgetower--workers0" / "summary.json").read_text())
+    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == ("hub", "hub", "hub")
+    assert summary["departures"] == []
+    assert summary["cache_read_through"].startswith("/tmp/reprokit-scratch/")
+    assert sorted(str(p) for p in cache.rglob("*")) == before
+
+
+@pytest.mark.docker
+def test_the_preflight_reads_a_base_back_and_holds_it_to_bases_yaml(engine):
+    """What `inv preflight` runs in a base image: its OS, glibc and Python read back and confirmed
+    against the manifest the pins were resolved on (here the cpu profile's Debian bookworm base)."""
+    from reprokit.preflight import baseimage
+
+    output = engine.containers.run(BASE_IMAGE, ["sh", "-c", baseimage.script("python3")], remove=True)
+    facts = baseimage.parse(output.decode())
+    assert facts.os.startswith("Debian GNU/Linux 12") and facts.glibc == "2.36" and facts.python.startswith("3.11.")
+    compared = baseimage.compare(accelerators.bases()["python-3.11-slim-bookworm"], facts)
+    assert compared.wrong == []
+    assert {"os Debian 12 (bookworm)", "glibc 2.36", "python 3.11", "compiler absent", "numactl absent"} <= set(compared.confirmed)

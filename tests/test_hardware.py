@@ -379,3 +379,49 @@ def test_without_nvidia_ml_py_the_gpus_are_not_silently_absent(machine, monkeypa
     monkeypatch.setitem(sys.modules, "psutil", None)
     info = hardware.describe()
     assert info["provenance_missing"] == "psutil, nvidia-ml-py"
+
+
+# --- the device's view of the run's peak memory (NVML), beside the allocator's -------------------
+
+
+def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(monkeypatch, tmp_path):
+    """DALI's and nvJPEG's pools are outside torch's allocator: NVML's reading of the process is kept at
+    each boundary of the meter and its largest goes to summary.json; a process NVML does not list (a
+    container's PID namespace) falls back to the device's used memory, and says so."""
+    from reprokit_trainers.common import devicememory
+    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+
+    readings = iter([3, 9, 5])  # GiB the driver gave this process at three boundaries
+    nvml = fake_pynvml(H100)
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
+        types.SimpleNamespace(pid=4242, usedGpuMemory=next(readings) * 2**30),
+        types.SimpleNamespace(pid=1, usedGpuMemory=70 * 2**30),  # another process on the device
+    ]
+    watch = devicememory.DeviceMemory(nvml, H100, pid=4242)
+    monkeypatch.setattr(devicememory._Process, "watch", watch)
+    monkeypatch.setattr(devicememory._Process, "made", True)
+    meter = ThroughputMeter(warmup_steps=1, total_steps=3)
+    for step in range(3):
+        meter.step_end(4, boundary=step == 2)  # boundaries: the warm-up's end (step 1) and the last step
+    summary = RunDir(tmp_path).write_summary(meter)
+    assert summary["peak_memory_device_bytes"] == 9 * 2**30
+    assert summary["peak_memory_device_of"] == devicememory.PROCESS
+
+    hidden = devicememory.DeviceMemory(nvml, H100, pid=7)
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [types.SimpleNamespace(pid=4242, usedGpuMemory=1)]
+    nvml.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(total=80 * 2**30, used=12 * 2**30)
+    hidden.sample()
+    assert hidden.fields() == {
+        "peak_memory_device_bytes": 12 * 2**30,
+        "peak_memory_device_of": devicememory.DEVICE,
+    }
+
+
+def test_without_cuda_the_nvml_peak_is_left_unknown(tmp_path):
+    pytest.importorskip("torch")
+    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+
+    meter = ThroughputMeter(warmup_steps=0, total_steps=1)
+    meter.step_end(1, boundary=True)
+    summary = RunDir(tmp_path).write_summary(meter)
+    assert (summary["peak_memory_device_bytes"], summary["peak_memory_device_of"]) == (None, None)

@@ -248,3 +248,28 @@ def test_the_vit_ladder_stacks_each_optimization_on_the_previous_rung():
         found["fsdp-b384-img256"].args["per_device_train_batch_size"],
         found["fsdp-b384-img256"].args["img_size"],
     ) == (384, 256)
+
+
+def test_show_refuses_a_variant_whose_steps_end_within_the_warm_up(inv, recipe_file):
+    import yaml
+
+    from tests.conftest import ROOT
+
+    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data["scales"]["smoke"]["args"].update(max_steps=2, throughput_warmup_steps=2)
+    path = recipe_file(data)
+    for task in ("show", "reproduce"):
+        extra = ("--dry-run",) if task == "reproduce" else ()
+        result = inv(task, str(path), "--accelerator", "cpu", "--scale", "smoke", *extra)
+        assert result.returncode == 2
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"reprokit: {path}: variant workers0 (smoke, cpu): max_steps 2 is not above ")
+        assert "throughput_warmup_steps 2 (only the steps after the warm-up are measured" in last
+
+
+def test_show_of_an_accelerator_no_variant_runs_on_says_why(inv):
+    result = inv("show", "volo", "--accelerator", "gaudi2")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "reprokit: recipe volo has no variant for gaudi2 at the published scale (its variants run on cpu, cuda)"
+    )

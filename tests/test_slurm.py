@@ -158,6 +158,9 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
     assert command.split() == comment.split()
     if has_volo:
         assert "--model volo_d5 --img-size 224 -b 44 --lr 1.0e-4" in comment
+        # The job's own global batch over its five nodes, not the published one node's 8 x 44 = 352.
+        assert "# This job's global batch: 5 node(s) x 8 device(s) x 44 per device = 1760." in text
+        assert not [line for line in text.splitlines() if "= 352" in line and "published one-node" not in line]
 
 
 def test_the_sbatch_script_exports_the_rendezvous_and_runs_run_sh_once_per_node(tmp_path):
@@ -307,6 +310,58 @@ def test_each_gpu_rank_is_bound_to_the_numa_node_and_infiniband_card_of_its_gpu(
     # REPROKIT_BIND=0: the trainer itself, no numactl.
     argv, _ = _bind(tmp_path, "cuda", 0, REPROKIT_BIND="0", **env)
     assert argv == []
+
+
+def _pcie_topology(root: Path) -> None:
+    """sysfs as the kernel lays it out: devices under their PCIe root ports and switches, with
+    bus/pci/devices/* and class/infiniband/*/device as symlinks into that tree. On NUMA node 1, GPU 4
+    shares a switch with mlx5_2 and GPU 5 one with mlx5_10 (which a name order puts first); mlx5_4 is
+    an Ethernet port on GPU 4's switch; GPU 3 and mlx5_0 are on node 0."""
+    devices = {
+        "0000:07:00.0": ("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:08.0", 0),
+        "0000:47:00.0": ("pci0000:40/0000:40:01.1/0000:41:00.0/0000:42:08.0", 1),
+        "0000:4e:00.0": ("pci0000:40/0000:40:03.1/0000:4b:00.0/0000:4c:08.0", 1),
+    }
+    nics = {
+        "mlx5_0": ("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:10.0/0000:08:00.0", 0, "InfiniBand"),
+        "mlx5_2": ("pci0000:40/0000:40:01.1/0000:41:00.0/0000:42:10.0/0000:48:00.0", 1, "InfiniBand"),
+        "mlx5_4": ("pci0000:40/0000:40:01.1/0000:41:00.0/0000:42:18.0/0000:49:00.0", 1, "Ethernet"),
+        "mlx5_10": ("pci0000:40/0000:40:03.1/0000:4b:00.0/0000:4c:10.0/0000:50:00.0", 1, "InfiniBand"),
+    }
+    for bus, (parent, node) in devices.items():
+        folder = root / "devices" / parent / bus
+        folder.mkdir(parents=True)
+        (folder / "numa_node").write_text(f"{node}\n")
+        (root / "bus/pci/devices").mkdir(parents=True, exist_ok=True)
+        (root / "bus/pci/devices" / bus).symlink_to(Path("../../../devices") / parent / bus)
+    for nic, (path, node, layer) in nics.items():
+        folder = root / "devices" / path
+        folder.mkdir(parents=True)
+        (folder / "numa_node").write_text(f"{node}\n")
+        (root / "class/infiniband" / nic / "ports/1").mkdir(parents=True)
+        (root / "class/infiniband" / nic / "ports/1/link_layer").write_text(f"{layer}\n")
+        (root / "class/infiniband" / nic / "device").symlink_to(Path("../../../devices") / path)
+
+
+def test_each_gpu_rank_gets_the_infiniband_card_nearest_its_gpu_on_pcie(tmp_path):
+    _pcie_topology(tmp_path / "sys")
+    env = {"REPROKIT_SYSFS": str(tmp_path / "sys"), "CUDA_VISIBLE_DEVICES": "4,5"}
+    argv, log = _bind(tmp_path, "cuda", 0, **env)
+    assert argv[:2] == ["--cpunodebind=1", "--membind=1"] and argv[-1] == "HCA==mlx5_2"
+    assert "local rank 0 -> NUMA node 1, NIC mlx5_2" in log
+    argv, _ = _bind(tmp_path, "cuda", 1, **env)
+    assert argv[-1] == "HCA==mlx5_10"
+    argv, _ = _bind(tmp_path, "cuda", 0, **{**env, "CUDA_VISIBLE_DEVICES": "3"})
+    assert argv[:2] == ["--cpunodebind=0", "--membind=0"] and argv[-1] == "HCA==mlx5_0"
+
+
+def test_without_infiniband_the_nic_is_left_to_nccl_and_the_log_says_so(tmp_path):
+    _pcie_topology(tmp_path / "sys")
+    import shutil
+
+    shutil.rmtree(tmp_path / "sys/class/infiniband")
+    argv, log = _bind(tmp_path, "cuda", 0, REPROKIT_SYSFS=str(tmp_path / "sys"), CUDA_VISIBLE_DEVICES="4,5")
+    assert argv[-1] == "HCA=" and "local rank 0 -> NUMA node 1, NIC left to NCCL" in log
 
 
 def test_cpu_ranks_take_the_numa_nodes_in_turn(tmp_path):
@@ -588,3 +643,55 @@ def test_data_reaches_the_trainer_in_a_slurm_job(tmp_path, cluster):
     assert result.returncode == 0, result.stdout + result.stderr
     seen = json.loads((run_dir / "seen_data.json").read_text())
     assert seen["data_dir"] == str(root) and "train/n01440764/n01440764_1.JPEG" in seen["files"]
+
+
+def test_a_gaudi_job_runs_the_images_python_and_gives_mpirun_the_nodes_slots(tmp_path):
+    """Under `srun --ntasks-per-node=1` Open MPI would read one slot from Slurm and refuse 8 ranks; and
+    the job runs Habana's stack in the image, not the submitting machine's venv."""
+    script = render_slurm(tmp_path, "bridgetower", "--accelerator", "gaudi2", "--variant", "workers1")
+    text = script.read_text()
+    assert "apptainer exec" in text and "unset PYTHON REPROKIT_TRAINERS_PATH" in text
+    assert f"PYTHON={sys.executable}" not in text
+    bin_dir = tmp_path / "bin"
+    shim(bin_dir, "mpirun", f'printf "%s\\n" "$@" > {tmp_path}/mpirun.txt\n')
+    shim(bin_dir, "lscpu", 'printf "Socket(s):  2\\nCore(s) per socket:  16\\n"\n')
+    run_sh = script.parent / "run.sh"
+    base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUN_DIR": str(script.parent)}
+    for env, slots in (({"SLURM_JOB_ID": "77"}, ["--host", "localhost:8", "--mca", "ras", "^slurm"]), ({}, None)):
+        done = subprocess.run(["bash", str(run_sh)], env={**base, **env}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        argv = (tmp_path / "mpirun.txt").read_text().splitlines()
+        assert argv[:2] == ["-n", "8"]
+        if slots:
+            assert argv[2:7] == slots and argv[7:9] == ["--mca", "plm"]
+        else:
+            assert "--host" not in argv
+        # The image's own interpreter (the profile's), then the trainer.
+        assert argv[argv.index("--allow-run-as-root") + 1 :][:3] == ["python3", "-m", "reprokit_trainers.bridgetower"]
+
+
+def test_gaudi_cells_in_this_machines_python_need_habanas_stack(tmp_path):
+    profile = accelerators.get("gaudi2")
+    assert slurm_runtime().auto_container(profile) == ("apptainer", None)
+    with pytest.raises(ReprokitError, match=r"^the gaudi2 cells need habana_frameworks in the Python that runs them"):
+        NoContainer(NoOptions()).check(profile, "slurm")
+
+
+@pytest.mark.parametrize("platform", ["pyxis", "apptainer"])
+def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writable_scratch(tmp_path, platform):
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    script = render_slurm(
+        tmp_path, "bridgetower", "--accelerator", "cuda", "--container", platform, "--variant", "workers0",
+        "--data", f"dataset_cache={cache}",
+    )  # fmt: skip
+    text = script.read_text()
+    mount = script.parent.parent.parent.resolve()
+    if platform == "pyxis":
+        assert f"  --container-mounts={mount}:{mount},{cache}:{cache}:ro \\" in text
+    else:
+        assert f"apptainer exec --nv --bind {mount}:{mount},{cache}:{cache}:ro " in text
+    assert 'export REPROKIT_SCRATCH="$RUN_DIR/.scratch"' in text
+    # The trainer is told the cache itself (its view is its own business), and no stand-in.
+    run_sh = (script.parent / "run.sh").read_text()
+    assert f"--cache_dir {cache}" in run_sh and "--synthetic_data" not in run_sh and "--random_init" not in run_sh

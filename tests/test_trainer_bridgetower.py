@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -207,10 +208,10 @@ def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_
     """The published command line, unreachable hub: the run still completes, says what it used, and
     records each fallback as a departure (the host then gives no verdict)."""
     result, run_dir = train(
-        tmp_path, *HUB_ARGS, "--do_train", "--max_steps", "2", "--image_pipeline", "kit-draft"
+        tmp_path, *HUB_ARGS, "--do_train", "--max_steps", "3", "--image_pipeline", "kit-draft"
     )
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["steps"] == 2
+    assert summary["status"] == "ok" and summary["steps"] == 3
     assert summary["model_source"] == "random" and summary["model_fallback_reason"]
     assert (
         summary["data_source"] == "synthetic"
@@ -676,3 +677,102 @@ def test_a_grey_image_is_made_grey_rgb_and_a_four_band_one_stops_in_one_line():
         "  ...\nreprokit_trainers.bridgetower.fastimage.ImageModeError: an image of mode CMYK: the published"
     )
     assert run_bridgetower.image_mode_error(worker) == "an image of mode CMYK: the published"
+
+
+# ---- what was given is used or the run stops: --cache_dir (--data dataset_cache=P), the checkpoint ----
+
+
+def _can_mount_read_only() -> bool:
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    return probe is not None and probe.returncode == 0
+
+
+def read_only(path: Path, command: list[str]) -> list[str]:
+    """`command` in a mount namespace where `path` is a read-only bind mount of itself (what a container's
+    `:ro` volume is), as an unprivileged user namespace allows."""
+    return ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{path}" "{path}" && exec "$@"', "sh", *command]
+
+
+@pytest.fixture
+def given_cache(tmp_path):
+    from tests.fakes.newyorker import newyorker_cache
+
+    return newyorker_cache(tmp_path / "dataset-cache", TINY)
+
+
+CACHED_RUN = [
+    *HUB_ARGS, "--remove_unused_columns", "false", "--per_device_train_batch_size", "4",
+    "--logging_steps", "2", "--throughput_warmup_steps", "1", "--save_strategy", "no",
+    "--report_to", "tensorboard", "--overwrite_output_dir", "--do_train", "--max_steps", "3",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not _can_mount_read_only(), reason="no unprivileged mount namespaces here")
+def test_a_read_only_cache_is_used_as_given_through_a_writable_view(tmp_path, given_cache):
+    """datasets 3.6 writes its lock beside a prepared dataset: on a read-only mount that was an OSError
+    the trainer turned into synthetic data. Now the data and the checkpoint are read from the given
+    cache itself, through a writable view, and nothing is written into it."""
+    before = sorted(str(p) for p in given_cache.rglob("*"))
+    run_dir = tmp_path / "run"
+    command = [sys.executable, *TRAINER, "--output_dir", str(run_dir), "--cache_dir", str(given_cache), *CACHED_RUN]
+    result = subprocess.run(
+        read_only(given_cache, command), capture_output=True, text=True, env=offline_env(tmp_path), timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == ("hub", "hub", "hub")
+    assert summary["departures"] == [] and summary["steps"] == 3
+    assert summary["cache_dir"] == str(given_cache)
+    assert summary["cache_read_through"].startswith(str(run_dir / ".scratch"))
+    assert sorted(str(p) for p in given_cache.rglob("*")) == before
+
+
+def test_a_given_cache_without_the_checkpoint_stops_in_one_line(tmp_path):
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    line = refused(tmp_path, "--cache_dir", str(empty), "--model_config_json", json.dumps(TINY), *CACHED_RUN)
+    assert line.startswith(
+        f"run_bridgetower.py: error: cannot load the checkpoint BridgeTower/bridgetower-large-itm-mlm-itc@main from --cache_dir {empty} ("
+    )
+    assert line.endswith("it was given, so nothing replaces it: put the checkpoint there, or leave the cache out to train random weights")
+
+
+def test_a_given_cache_without_the_dataset_stops_in_one_line_not_on_synthetic_data(tmp_path, given_cache):
+    import shutil as sh
+
+    sh.rmtree(given_cache / "jmhessel___newyorker_caption_contest")
+    line = refused(tmp_path, "--cache_dir", str(given_cache), *CACHED_RUN)
+    assert line.startswith(
+        "run_bridgetower.py: error: cannot load jmhessel/newyorker_caption_contest@3c6c4f6c0ff7e902833d3afa5f8f3875c2b036e6 "
+        f"from --cache_dir {given_cache} ("
+    )
+    assert "it was given, so nothing replaces it" in line
+
+
+def test_tf32_is_set_over_ngcs_override_and_recorded(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, *TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, "--random_init",
+               "--synthetic_data", "--do_train", "--max_steps", "3", "--tf32", "false"]  # fmt: skip
+    env = {**offline_env(tmp_path), "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # as NGC's images set it
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    precision = json.loads((run_dir / "sysinfo.json").read_text())["precision"]
+    assert precision["tf32_matmul"] is False and precision["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "0"
+    # On a CPU TF32 is set (the switches read back) but has nothing to act on: the software block says so.
+    assert json.loads((run_dir / "summary.json").read_text())["software"]["tf32"] == "not used (cpu)"
+
+
+def test_the_bare_tf32_flag_the_host_writes_is_the_trainers_to_set_even_off_a_gpu():
+    """The cuda cells' `tf32: true` renders as a bare --tf32; TrainingArguments' own wants a value and
+    refuses true off an Ampere GPU, so the trainer takes it and sets it itself (a CPU dry run parses)."""
+    from reprokit_trainers.common.args import take_bool_flag
+
+    assert take_bool_flag(["--tf32", "--do_train"], "tf32") == (["--do_train"], True)
+    assert take_bool_flag(["--x", "1", "--tf32"], "tf32") == (["--x", "1"], True)
+    assert take_bool_flag(["--tf32", "false", "--y"], "tf32") == (["--y"], False)
+    assert take_bool_flag(["--tf32=true"], "tf32") == ([], True)
+    assert take_bool_flag(["--do_train"], "tf32") == (["--do_train"], None)
+    *_, training_args, platform = run_bridgetower.parse_args(
+        ["--output_dir", "/tmp/unused", "--do_train", "--tf32", "--model_config_json", json.dumps(TINY)]
+    )
+    assert platform.tf32 is True and training_args.tf32 is None

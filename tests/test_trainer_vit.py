@@ -423,3 +423,18 @@ def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     result = refused(tmp_path, "--amp", "fp8")
     assert result.stderr == "run_vit.py: error: --amp: must be one of no, fp16, bf16, pure_fp16; got 'fp8'\n"
     assert not (tmp_path / "x" / "summary.json").exists()
+
+
+def test_a_bad_image_in_pyclss_opencv_path_is_named_by_its_path(tmp_path):
+    from reprokit_trainers.common import imagenet
+    from reprokit_trainers.vit import pycls_data
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    bad = root / "train" / "n01443537" / "n01443537_2.JPEG"
+    bad.write_bytes(b"\x89PNG torn")
+    source = imagenet.ImageFolderSource(root)
+    dataset = pycls_data.train_dataset("pycls", source, 32, "AutoAugment")
+    index = [i for i in range(len(source)) if source.describe(i) == str(bad)][0]
+    with pytest.raises(imagenet.BadImage, match=f"^bad image {bad}: OpenCV could not decode an image"):
+        dataset[index]

@@ -649,3 +649,54 @@ def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_p
         wnid, k = dataset.source.samples[index][0].split("/")[0], index % 2
         assert sample["labels"] == ("n01440764", "n01443537").index(wnid)
         assert sample["label_map"][1, 0, 0, 0].item() == 10 * k
+
+
+# ----------------------------------------------------------------------------------------------
+# A bad image in --data imagenet=... is named by its file
+
+
+def _imagenet_with(root, bad: dict[str, bytes]):
+    from tests.fakes import tiny_imagenet
+
+    tiny_imagenet(root)
+    for name, data in bad.items():
+        (root / "train" / "n01440764" / name).write_bytes(data)
+    return root
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [(b"not a jpeg at all", "cannot identify image file"), (None, "image file is truncated (1 bytes not processed)")],
+    ids=["garbage", "truncated"],
+)
+def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
+    from io import BytesIO
+
+    if data is None:  # a real JPEG cut in half, as an interrupted copy leaves it
+        buffer = BytesIO()
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buffer, "JPEG")
+        data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": data})
+    source = imagenet.ImageFolderSource(root)
+    dataset = imagenet.ImageTrainDataset(source, imagenet.TrainTransform(32, auto_augment=None))
+    index = [i for i in range(len(source)) if source.describe(i).endswith("n01440764_9.JPEG")][0]
+    with pytest.raises(imagenet.BadImage) as caught:
+        dataset[index]
+    bad = root / "train" / "n01440764" / "n01440764_9.JPEG"
+    assert str(caught.value) == f"bad image {bad}: {reason}; remove or replace the file"
+
+
+def test_the_trainer_stops_in_one_line_naming_the_bad_file_from_a_loader_worker(tmp_path):
+    root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": b"\xff\xd8 torn"})
+    command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), "--model_name_or_path", "volo_d1",
+               "--model_kwargs_json", json.dumps(TINY), "--data_dir", str(root), "--img_size", "32",
+               "--token_label_size", "2", "--per_device_train_batch_size", "3", "--dataloader_num_workers", "1",
+               "--max_steps", "3", "--logging_steps", "1", "--throughput_warmup_steps", "1", "--amp", "no"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    bad = root / "train" / "n01440764" / "n01440764_9.JPEG"
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_volo.py: error: bad image {bad}: cannot identify image file; remove or replace the file"
+    )
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "summary.json").exists()

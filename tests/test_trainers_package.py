@@ -129,7 +129,12 @@ def test_the_device_peak_is_the_given_one_or_the_datasheets():
     if not torch.cuda.is_available():
         assert flops.device_peak_tflops() is None
     fields = flops.summary_fields(2e9, 100.0, world_size=2, device_peak=1.0)
-    assert fields == {"flops_per_sample": 2e9, "device_peak_tflops": 1.0, "mfu": pytest.approx(0.1)}
+    assert fields == {
+        "flops_per_sample": 2e9,
+        "device_peak_tflops": 1.0,
+        "mfu_precision": "bf16",
+        "mfu": pytest.approx(0.1),
+    }
     assert (
         flops.summary_fields(2e9, None, world_size=1, device_peak=1.0)["mfu"] is None
     )  # never past the warm-up
@@ -174,3 +179,47 @@ def test_each_trainer_runs_as_a_module_and_reports_mfu_against_the_given_peak(tm
     expected = summary["samples_per_second"] * summary["flops_per_sample"] / (summary["world_size"] * 0.5e12)
     assert summary["mfu"] == pytest.approx(expected)
     assert "GFLOP per training sample" in result.stdout  # counted once, at start, and said so
+
+
+def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monkeypatch):
+    """An fp32 rung against the bf16 tensor-core peak would read 16x (TF32) to 50x (plain fp32) too low."""
+    torch = pytest.importorskip("torch")
+    from reprokit_trainers.common import flops
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA A100-SXM4-80GB")
+    by_mode = {
+        (mode, tf32): flops.summary_fields(1e12, 10.0, 1, precision=flops.matmul_precision(mode, tf32))
+        for mode, tf32 in (("amp-bf16", True), ("pure-fp16", False), ("fp32", True), ("no", False))
+    }
+    assert [(f["mfu_precision"], f["device_peak_tflops"]) for f in by_mode.values()] == [
+        ("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)
+    ]
+    assert by_mode[("no", False)]["mfu"] == pytest.approx(10.0 / 19.5)
+
+
+@pytest.mark.parametrize("trainer", ["bridgetower", "volo", "vit"])
+def test_a_cell_planned_for_gpus_never_trains_on_the_cpu_unseen(trainer, tmp_path):
+    """run.sh says what the cell was planned for; a process that sees no CUDA device stops in one line."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    prog = {"bridgetower": "run_bridgetower.py", "volo": "run_volo.py", "vit": "run_vit.py"}[trainer]
+    extra = ["--do_train"] if trainer == "bridgetower" else []
+    result = subprocess.run(
+        [sys.executable, "-m", f"reprokit_trainers.{trainer}", "--output_dir", str(tmp_path / "run"), *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "REPROKIT_ACCELERATOR": "cuda", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{prog}: error: this cell was planned for cuda and this process sees no CUDA device: make the GPUs "
+        "visible (docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu"
+    )
+    assert not (tmp_path / "run" / "summary.json").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,8 @@ class Slurm(BaseModel):
     gres: str | None = None
     nic_env: str | None = None
     distributed_backend: Literal["nccl", "hccl", "gloo"]
+    # What `--container auto` means on Slurm: the image's stack runs the cells on the nodes.
+    container: Literal["pyxis", "apptainer", "none"] = "none"
 
 
 class Source(BaseModel):
@@ -95,6 +98,53 @@ class Vendor(BaseModel):
     files: list[VendorFile]
 
 
+class DeviceListing(BaseModel):
+    """How a machine's devices are listed: a command, and the patterns of its output's lines."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: str
+    # A device's line; its `model` group names the device.
+    device: str
+    # A line of a partition of the device above it (a MIG device): what a process gets instead of the
+    # whole device, when there is one.
+    partition: str | None = None
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What this machine has of an accelerator: its devices' models and their partitions (MIG devices)."""
+
+    accelerator: str
+    models: tuple[str, ...]
+    partitions: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.models)
+
+    @property
+    def model(self) -> str | None:
+        return self.models[0] if self.models else None
+
+    def describe(self) -> str:
+        mig = f", in MIG mode: {self.partitions} MIG device(s)" if self.partitions else ""
+        return f"{self.count} x {self.model}{mig}"
+
+    def refusal(self, wanted: int, asked: bool = True) -> str | None:
+        """Why `wanted` ranks of one cell cannot run on these devices, in a line; None where they can.
+        `asked`: the user gave the count (--devices); otherwise the published cells want whole devices."""
+        if self.partitions and (wanted > 1 or not asked):
+            return (
+                f"this machine's {self.accelerator} GPUs are in MIG mode ({self.describe()}): a CUDA process sees "
+                f"one MIG device, a slice of a GPU, and NCCL cannot join MIG devices, so {wanted} rank(s) on whole "
+                "devices cannot run; turn MIG off (nvidia-smi -mig 0, as root), or run one rank on one MIG device "
+                "with --devices 1"
+            )
+        if wanted > self.count:
+            return f"--devices {wanted}: this machine has {self.describe()}"
+        return None
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,8 +159,12 @@ class Profile(BaseModel):
     docker_run: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     launcher: Literal["torchrun", "mpirun"]
+    # Modules the trainers need beyond the train extra, in the Python that runs them (Habana's bridge
+    # on a Gaudi): the image has them; this machine's Python is checked for them without importing.
+    python_modules: list[str] = Field(default_factory=list)
     detect: str
-    device_count: str
+    # None: one device (the CPU).
+    devices: DeviceListing | None = None
     device_names: dict[str, str]
     slurm: Slurm
 
@@ -229,10 +283,43 @@ def resolve(name: str) -> str:
     return detect() if name == "auto" else get(name).name
 
 
-def device_count(name: str) -> int:
+def devices_here(name: str) -> Devices:
+    """This machine's devices of accelerator `name`, listed by its profile's command. A listing that
+    cannot be made (the tool is missing, fails, lists nothing) is a one-line error: a device count is
+    never guessed."""
     profile = get(name)
+    listing = profile.devices
+    if listing is None:
+        return Devices(name, ("cpu",))
+    executable = listing.command.split()[0]
+    if shutil.which(executable) is None:
+        raise ReprokitError(
+            f"cannot count this machine's {name} devices: {executable} is not on PATH (the driver's tools); "
+            "install them, or give the count with --devices N"
+        )
     try:
-        out = subprocess.run(profile.device_count, shell=True, capture_output=True, text=True, timeout=30)
-        return max(1, int(out.stdout.strip() or 1))
-    except (subprocess.TimeoutExpired, ValueError):
-        return 1
+        done = subprocess.run(listing.command, shell=True, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise ReprokitError(f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in 30 s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ReprokitError(
+            f"cannot count this machine's {name} devices: `{listing.command}` exited {done.returncode}"
+            f"{': ' + said[-1] if said else ''}"
+        )
+    models: list[str] = []
+    partitions = 0
+    for line in done.stdout.splitlines():
+        found = re.search(listing.device, line)
+        if found:
+            models.append(found.groupdict().get("model") or line.strip())
+        elif listing.partition and re.search(listing.partition, line):
+            partitions += 1
+    if not models:
+        raise ReprokitError(f"cannot count this machine's {name} devices: `{listing.command}` lists none")
+    return Devices(name, tuple(models), partitions)
+
+
+def device_count(name: str) -> int:
+    """The devices one cell's ranks can use here (one error line where they cannot be counted)."""
+    return devices_here(name).count

@@ -83,6 +83,13 @@ class Cell:
         """The trainer's arguments, ``--output_dir`` excepted (the runtime sets it)."""
         return to_argv(self.args)
 
+    def global_batch(self) -> tuple[int, int] | None:
+        """(per-device batch, global batch over every node and device), from the trainer's batch role."""
+        per_device = self.args.get(self.roles.get("batch_per_device", ""))
+        if not isinstance(per_device, int):
+            return None
+        return per_device, per_device * self.devices * self.nodes
+
     def needed_cells(self) -> dict[str, str]:
         """Trainer arg -> cell id of the cell whose output it consumes."""
         return {arg: cell_id(self.recipe, other, self.id_suffix) for arg, other in self.needs.items()}
@@ -160,6 +167,30 @@ PROFILE_STEPS = {"warmup": 1, "active": 3}
 def profile_schedule(args: dict[str, Any]) -> dict[str, int]:
     """The --profile schedule of a cell with these trainer arguments."""
     return {"wait": int(args.get("throughput_warmup_steps") or 0), **PROFILE_STEPS}
+def left_out(recipe: Recipe, variant: Variant, accelerator: str, scale: str) -> str | None:
+    """Why ``variant`` gives no cell on ``accelerator`` at ``scale``, in a phrase; None where it gives one."""
+    if variant.accelerators is not None and accelerator not in variant.accelerators:
+        return f"variant {variant.name} of {recipe.name} runs only on {', '.join(variant.accelerators)}, not {accelerator}"
+    only = recipe.scales[scale].variants
+    if only is not None and variant.name not in only:
+        return (
+            f"variant {variant.name} of {recipe.name} has no {scale} scale "
+            f"(the {scale} scale runs {', '.join(only)})"
+        )
+    return None
+
+
+def nothing_to_run(recipe: Recipe, accelerator: str, scale: str, variants: list[str] | None = None) -> str:
+    """Why a recipe gives no cell here: each asked variant's reason, or what its variants run on."""
+    asked = [v for v in recipe.variants if not variants or v.name in variants]
+    reasons = [why for v in asked if (why := left_out(recipe, v, accelerator, scale))]
+    if variants:
+        return "; ".join(reasons)
+    runs_on = sorted({a for v in recipe.variants for a in (v.accelerators or [accelerator])})
+    return (
+        f"recipe {recipe.name} has no variant for {accelerator} at the {scale} scale "
+        f"(its variants run on {', '.join(runs_on)})"
+    )
 
 
 def _references_for(variant: Variant, accelerator: str) -> list[Reference]:

@@ -83,7 +83,7 @@ def apply(recipe: Recipe, args: dict, data: dict[str, str]) -> dict[str, str]:
     for key, path in used.items():
         spec = recipe.dataset.data[key]
         args[spec.arg] = path
-        if spec.layout == "imagenet":
-            # Real images replace the synthetic stand-in, whatever the scale asked for.
-            args.pop("synthetic_data", None)
+        for stand_in in spec.replaces:
+            # What was given replaces the stand-in, whatever the scale asked for.
+            args.pop(stand_in, None)
     return used

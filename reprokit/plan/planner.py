@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators, recipes
-from reprokit.plan.cells import Cell, cell_id, expand
+from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data
 from reprokit.plan.request import Request
 
@@ -61,9 +61,30 @@ def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) 
     return runtime, chosen, why
 
 
+def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | None:
+    """The devices per cell on this machine: what --devices asked, checked against what is here where
+    it can be listed, or, for published cells, the published 8 capped at what is here (a smaller
+    machine runs and is compared per device). A machine whose devices cannot be counted, or whose
+    layout cannot hold the ranks (MIG), is refused in one line: a count is never guessed."""
+    if asked is None and scale != "published":
+        return None  # each recipe's own (the smoke scale: one device)
+    try:
+        here = accelerators.devices_here(accelerator)
+    except ReprokitError:
+        if asked is not None:
+            return asked  # the user's count, which nothing here can check
+        raise
+    wanted = asked if asked is not None else min(here.count, 8)
+    refusal = here.refusal(wanted, asked=asked is not None)
+    if refusal:
+        raise ReprokitError(refusal)
+    return wanted
+
+
 def plan(request: Request, *, fit_devices: bool = True) -> Plan:
-    """The cells of `request`. `fit_devices`: published cells run locally on at most the devices
-    this machine has (not wanted when only rendering for another machine)."""
+    """The cells of `request`; an empty plan is an error naming why. `fit_devices`: the plan is for this
+    machine (published cells run locally on at most the devices it has, on one node); not wanted when
+    only rendering for another machine."""
     messages: list[str] = []
     accelerator = accelerators.resolve(request.accelerator)
     profile = accelerators.get(accelerator)
@@ -75,13 +96,11 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
         inside = "" if container == "none" else f" in {container}"
         messages.append(f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}.")
     devices = request.devices
-    if fit_devices and scale == "published" and devices is None and runtime == "local":
-        # Published runs used 8 devices; on a smaller machine run per device and compare per device.
-        devices = min(accelerators.device_count(accelerator), 8)
     names = request.recipes or recipes.available()
     loaded = {name: recipes.load(name) for name in names}
     real_data = resolve_data(list(loaded.values()), request.data)
     found: list[Cell] = []
+    empty: list[str] = []
     for name in names:
         recipe = loaded[name]
         messages.extend(f"warning: {w}" for w in recipe.warnings)
@@ -90,6 +109,11 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
             expand(recipe, name, accelerator, scale, request.variants)  # raises: names the variants
         if request.variants and wanted is None:
             continue
+        asked_for = [v for v in recipe.variants if wanted and v.name in wanted]
+        messages.extend(
+            f"warning: {why}; left out" for v in asked_for if (why := left_out(recipe, v, accelerator, scale))
+        )
+        before = len(found)
         counts = request.nodes if isinstance(request.nodes, list) else [request.nodes]
         for count in counts:
             suffix = f"--{count}n" if len(counts) > 1 else ""
@@ -102,4 +126,22 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
                     cell.repeat, cell.repeats = repeat, request.repeat
                     cell.series_id = cell_id(cell.recipe, cell.variant, suffix)
                     found.append(cell)
+        if len(found) == before:
+            empty.append(nothing_to_run(recipe, accelerator, scale, wanted))
+            if not wanted:
+                messages.append(f"note: {empty[-1]}")
+    if not found:
+        # Every recipe and variant asked for was left out: an empty session is never what was meant.
+        raise ReprokitError(f"nothing to run: {'; '.join(dict.fromkeys(empty))}")
+    if fit_devices and runtime == "local":
+        several = sorted({c.nodes for c in found if c.nodes > 1})
+        if several:
+            raise ReprokitError(
+                f"--nodes {','.join(map(str, several))}: the local runtime runs cells on this machine only; "
+                "several nodes need --runtime slurm"
+            )
+        # After the recipes are checked: a bad recipe is named before the machine is looked at.
+        devices = fitted_devices(accelerator, scale, request.devices)
+        for cell in found if devices is not None else []:
+            cell.devices = devices
     return Plan(accelerator, scale, runtime, found, messages, devices, request.nodes, container)

@@ -178,6 +178,11 @@ class DataKey(Strict):
     arg: str
     layout: Literal["imagenet", "token_labels", "folder"]
     help: str
+    replaces: list[str] = Field(
+        default_factory=list,
+        description="the trainer arguments of a stand-in this data replaces (synthetic_data, random_init): "
+        "dropped from a cell given the data, whatever its scale says, so what was given is what runs",
+    )
 
 
 class PublishedCommand(Strict):

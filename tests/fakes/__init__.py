@@ -11,7 +11,14 @@ FAKES = Path(__file__).resolve().parent
 ROOT = FAKES.parent.parent
 
 
-IMAGENET_KEY = {"imagenet": {"arg": "data_dir", "layout": "imagenet", "help": "an ImageNet-layout folder"}}
+IMAGENET_KEY = {
+    "imagenet": {
+        "arg": "data_dir",
+        "layout": "imagenet",
+        "help": "an ImageNet-layout folder",
+        "replaces": ["synthetic_data"],
+    }
+}
 
 
 def fake_recipe(

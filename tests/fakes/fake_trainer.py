@@ -102,6 +102,7 @@ def main() -> int:
     parser.add_argument("--fake_ignore_term", action="store_true", help="ignore SIGTERM (a trainer that will not stop)")
     parser.add_argument("--fake_fill", action="store_true", help="after two steps, write until the disk is full")
     parser.add_argument("--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself")
+    parser.add_argument("--fake_departure", default=None, help="record this throughput departure")
     args, _ = parser.parse_known_args()
     if args.fake_ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -184,7 +185,7 @@ def main() -> int:
                 "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
                 "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
             },
-            "departures": [],
+            "departures": [{"reason": args.fake_departure, "kind": "throughput"}] if args.fake_departure else [],
             # A fake runs whatever software its cell expects (cell.json, written by the host).
             "software": json.loads((out / "cell.json").read_text()).get("software", {}) if (out / "cell.json").exists() else {},
             "warmup_steps": 2,

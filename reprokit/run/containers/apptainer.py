@@ -10,7 +10,7 @@ from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
-from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch, start_process
+from reprokit.run.containers.base import LOCAL, SCRATCH_ENV, SRUN, Container, Launch, start_process
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, node_image
 from reprokit.run.containers.pyxis import _in_image_setup
 from reprokit.run.handles import Handle
@@ -40,7 +40,12 @@ class Apptainer(Container):
             return Launch(setup=_in_image_setup(profile), prefix=prefix, image=image)
         run_dir = run_dir.resolve()
         # Apptainer passes the host's environment in: the kit's own interpreter must not leak in.
-        env = {"RUN_DIR": str(run_dir), "REPROKIT_IMAGE_TAG": images.image_tag(profile)}
+        env = {
+            "RUN_DIR": str(run_dir),
+            "REPROKIT_IMAGE_TAG": images.image_tag(profile),
+            # --data folders are bound read-only: the trainer's writable views of them go beside the run.
+            SCRATCH_ENV: str(run_dir / ".scratch"),
+        }
         launch = Launch(prefix=prefix, env=env, clear=("PYTHON", "REPROKIT_TRAINERS_PATH"), image=image)
 
         def start() -> Handle:

@@ -30,6 +30,9 @@ from reprokit.run.handles import Ended, Handle, die_with_the_kit
 
 CONTAINER_RUNS = "/reprokit/runs"
 CONTAINER_HF_HOME = "/reprokit/hf-home"
+# Where the trainer makes writable views of what is mounted read-only (the --data caches, the hub
+# cache): the container's own layer, gone with it; the user's folders are never written.
+CONTAINER_SCRATCH = "/tmp/reprokit-scratch"
 STOP_GRACE_S = 10
 # Host variables a trainer may need, passed at run time by name (never baked into an image).
 PASSTHROUGH_ENV = ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -159,6 +162,7 @@ def container_spec(
         "REPROKIT_IMAGE_TAG": image,
         "REPROKIT_IMAGE_ID": image_id or "",
         "REPROKIT_IMAGE_LABELS": json.dumps(image_labels or {}, sort_keys=True),
+        "REPROKIT_SCRATCH": CONTAINER_SCRATCH,
     }
     volumes = {str(runs): {"bind": CONTAINER_RUNS, "mode": "rw"}}
     for path in cell.data.values():
@@ -166,8 +170,9 @@ def container_spec(
         volumes[path] = {"bind": path, "mode": "ro"}
     hub_home = hf_home()
     if hub_home.is_dir():
-        # Read-only: a run must not change the user's cache. The hub's files are read from it;
-        # what the libraries write (datasets' cache, locks) goes to a scratch HF_HOME.
+        # Read-only: a run must not change the user's cache. The hub's files are read from it (through
+        # the trainer's writable view, for the refs and locks huggingface_hub writes); what the libraries
+        # write elsewhere (datasets' cache) goes to a scratch HF_HOME.
         volumes[str(hub_home.resolve())] = {"bind": CONTAINER_HF_HOME, "mode": "ro"}
         environment["HF_HUB_CACHE"] = f"{CONTAINER_HF_HOME}/hub"
         environment["HF_HOME"] = "/tmp/hf-home"

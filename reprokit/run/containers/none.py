@@ -3,6 +3,7 @@ cluster, both on storage every node sees)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import sys
@@ -51,8 +52,15 @@ class NoContainer(Container):
     launches = frozenset({LOCAL, SRUN})
 
     def check(self, profile: Profile, runtime: str) -> None:
-        # The kit's trainers run in this very Python: without the train extra every cell would fail on
-        # its first import, after the session had started.
+        # The kit's trainers run in this very Python: without the train extra (or the accelerator's own
+        # stack) every cell would fail on its first import, after the session had started.
+        lacking = [name for name in profile.python_modules if importlib.util.find_spec(name) is None]
+        if lacking:
+            raise ReprokitError(
+                f"the {profile.name} cells need {', '.join(lacking)} in the Python that runs them, and this one "
+                f"({sys.executable}) lacks it: run them in the {profile.name} image "
+                f"(--container {profile.slurm.container if runtime == 'slurm' else 'docker'})"
+            )
         missing = missing_train_packages()
         if missing:
             raise ReprokitError(

@@ -8,7 +8,7 @@ from pathlib import Path
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
-from reprokit.run.containers.base import SRUN, Container, Launch
+from reprokit.run.containers.base import SCRATCH_ENV, SRUN, Container, Launch
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, node_image
 
 
@@ -42,4 +42,7 @@ def _in_image_setup(profile: Profile) -> list[str]:
         "# environment on, and a host path must not leak in).",
         "unset PYTHON REPROKIT_TRAINERS_PATH",
         f"export REPROKIT_IMAGE_TAG={shlex.quote(images.image_tag(profile))}",
+        "# --data folders are bound read-only; the trainer reads a cache it must write locks into through a",
+        "# writable view made here (the session folder is bound read-write on every node).",
+        f'export {SCRATCH_ENV}="$RUN_DIR/.scratch"',
     ]

@@ -251,8 +251,8 @@ class SlurmRuntime(Runtime):
         self.poll_seconds = poll_seconds
 
     def auto_container(self, profile: Profile) -> tuple[str, str | None]:
-        """pyxis for GPU profiles (DGX-style clusters run enroot + pyxis), none otherwise."""
-        return ("pyxis", None) if profile.slurm.gres else ("none", None)
+        """The profile's Slurm container (pyxis on GPUs, Apptainer on Gaudi: the image's stack), none on CPUs."""
+        return profile.slurm.container, None
 
     def check(self, profile: Profile) -> None:
         reason = cluster_status()

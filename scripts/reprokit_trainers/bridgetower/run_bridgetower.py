@@ -57,8 +57,14 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import flops, software
-from reprokit_trainers.common.args import MfuArguments, config_error, one_line_errors, parse_command_line
+from reprokit_trainers.common import caches, flops, loop, software
+from reprokit_trainers.common.args import (
+    MfuArguments,
+    config_error,
+    one_line_errors,
+    parse_command_line,
+    take_bool_flag,
+)
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.synthetic import (
     CARTOON_HEIGHTS,
@@ -114,7 +120,11 @@ class ModelArguments:
     )
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer, if not the model's"})
     cache_dir: str | None = field(
-        default=None, metadata={"help": "where hub downloads and datasets are cached"}
+        default=None,
+        metadata={
+            "help": "where hub downloads and datasets are cached; given, the dataset and the checkpoint load from it "
+            "(read through a writable view when it is read-only) or the run stops: nothing replaces them"
+        },
     )
     token: str | None = field(default=None, metadata={"help": "hub token for gated or private repositories"})
     trust_remote_code: bool = field(
@@ -258,13 +268,17 @@ class Platform:
 
     on_gaudi: bool
     gaudi_config: gaudi.GaudiConfigFile | None = None
+    # --tf32 as asked (None: the framework's default), set by the trainer before anything asks cuBLAS.
+    tf32: bool | None = None
 
 
 def parse_args(
     argv: Sequence[str] | None = None,
 ) -> tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, Platform]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    # --tf32 is the kit's to set (precision.set_tf32, over NGC's cuBLAS override), not TrainingArguments':
+    # its own refuses true off an Ampere GPU (a CPU dry run of a cuda cell) and sets no override.
+    argv, tf32 = take_bool_flag(sys.argv[1:] if argv is None else argv, "tf32")
     model_class, data_class, bench_class, training_class = ARGUMENTS
     gaudi_config = None
     stack = gaudi.habana_stack()
@@ -313,7 +327,7 @@ def parse_args(
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
             raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
-    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None)
+    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None, tf32)
 
 
 def check_accelerator_flags(
@@ -392,20 +406,69 @@ def flops_per_sample(
     return flops.count_training_flops(build, step)
 
 
-def load_model(model_args: ModelArguments) -> tuple[BridgeTowerForContrastiveLearning, str, str | None]:
-    """The checkpoint from the hub when it can be had, else random weights: (model, source, why not hub)."""
+@dataclass(frozen=True)
+class Sources:
+    """Where the checkpoint and the data load from, and whether the user gave them. What was given
+    (--cache_dir, a local checkpoint folder) is used or the run stops in one line; only what was not
+    given may fall back to random weights or synthetic data, recorded as a departure."""
+
+    hub_cache: str | None = None  # the folder checkpoints and tokenizers load from (None: the hub cache)
+    checkpoint_given: bool = False
+    data_given: bool = False
+    given_cache: str | None = None  # --cache_dir as the user gave it (a view of it may be read instead)
+
+
+def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments, scratch: Path) -> Sources:
+    """--cache_dir, or the hub cache when none was given, made usable where it is read-only (a writable
+    view: common/caches.py); what the user gave is recorded as given."""
+    given = model_args.cache_dir
+    if given:
+        folder, view = caches.writable(given, scratch, "--cache_dir")
+        if view:
+            logger.info("--cache_dir %s is read-only: read through a writable view at %s", given, folder)
+        model_args.cache_dir = str(folder)
+        hub_cache: str | None = model_args.cache_dir
+    else:
+        from huggingface_hub import constants
+
+        folder, view = caches.writable(constants.HF_HUB_CACHE, scratch, "the hub cache (HF_HUB_CACHE)")
+        if view:
+            logger.info("the hub cache %s is read-only: read through a writable view at %s", constants.HF_HUB_CACHE, folder)
+        hub_cache = str(folder) if view else None
+    return Sources(
+        hub_cache=hub_cache,
+        checkpoint_given=bool(given) or Path(model_args.model_name_or_path).is_dir(),
+        data_given=bool(given) and not data_args.synthetic_data,
+        given_cache=given,
+    )
+
+
+def load_model(
+    model_args: ModelArguments, sources: Sources | None = None
+) -> tuple[BridgeTowerForContrastiveLearning, str, str | None]:
+    """The checkpoint from the hub (or the given cache) when it can be had, else, where none was
+    given, random weights: (model, source, why not hub)."""
+    sources = sources or Sources()
     reason = "--random_init"
     if not model_args.random_init:
         try:
             model = BridgeTowerForContrastiveLearning.from_pretrained(
                 model_args.model_name_or_path,
                 revision=model_args.model_revision,
-                cache_dir=model_args.cache_dir,
+                cache_dir=sources.hub_cache,
                 token=model_args.token,
             )
             return model, "hub", None
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
             reason = _first_line(error)
+            if sources.checkpoint_given:
+                where = f"--cache_dir {sources.given_cache}" if sources.given_cache else model_args.model_name_or_path
+                raise config_error(
+                    PROG,
+                    f"cannot load the checkpoint {model_args.model_name_or_path}@{model_args.model_revision} from "
+                    f"{where} ({reason}); it was given, so nothing replaces it: put the checkpoint there, or leave "
+                    "the cache out to train random weights",
+                ) from None
             if model_args.model_config_json is None:
                 raise config_error(
                     PROG,
@@ -448,21 +511,28 @@ def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerB
     )
 
 
-def load_tokenizer(model_args: ModelArguments) -> tuple[PreTrainedTokenizerBase, str]:
+def load_tokenizer(model_args: ModelArguments, sources: Sources | None = None) -> tuple[PreTrainedTokenizerBase, str]:
     from transformers import AutoTokenizer
 
+    sources = sources or Sources()
     name = model_args.tokenizer_name or model_args.model_name_or_path
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             name,
             revision=model_args.model_revision,
-            cache_dir=model_args.cache_dir,
+            cache_dir=sources.hub_cache,
             use_fast=model_args.use_fast_tokenizer,
             token=model_args.token,
             trust_remote_code=model_args.trust_remote_code,
         )
         return tokenizer, "hub"
     except (OSError, ValueError) as error:
+        if sources.checkpoint_given and not model_args.random_init:
+            raise config_error(
+                PROG,
+                f"cannot load the tokenizer {name}@{model_args.model_revision} beside the given checkpoint "
+                f"({_first_line(error)}); nothing replaces it: put the tokenizer's files there",
+            ) from None
         logger.warning(
             "tokenizer %s not loaded (%s): word-level tokenizer over the synthetic vocabulary",
             name,
@@ -547,9 +617,11 @@ def synthetic_dataset(data_args: DataTrainingArguments, cache_dir: str | None) -
 
 
 def load_data(
-    model_args: ModelArguments, data_args: DataTrainingArguments
+    model_args: ModelArguments, data_args: DataTrainingArguments, sources: Sources | None = None
 ) -> tuple[datasets.DatasetDict, str, str | None]:
-    """The dataset from the hub when it can be had, else the synthetic one: (dataset, source, why not hub)."""
+    """The dataset from the hub (or the given cache) when it can be had, else, where none was given, the
+    synthetic one: (dataset, source, why not hub)."""
+    sources = sources or Sources()
     reason = "--synthetic_data" if data_args.synthetic_data else "no --dataset_name"
     if not data_args.synthetic_data and data_args.dataset_name:
         from datasets import load_dataset
@@ -570,6 +642,14 @@ def load_data(
         # (e.g. a loading script without --trust_remote_code); the reason goes to the summary.
         except (OSError, ValueError) as error:
             reason = _first_line(error)
+            if sources.data_given:
+                raise config_error(
+                    PROG,
+                    f"cannot load {data_args.dataset_name}@{data_args.dataset_revision} from --cache_dir "
+                    f"{sources.given_cache} ({reason}); it was given, so nothing replaces it: put the prepared "
+                    "dataset there (load_dataset with this cache_dir where the hub is reachable), or leave it out "
+                    "to run on synthetic data",
+                ) from None
             logger.warning(
                 "dataset %s not loaded (%s): synthetic data instead", data_args.dataset_name, reason
             )
@@ -810,10 +890,11 @@ def load_splits(
     tokenizer: PreTrainedTokenizerBase,
     image_size: int,
     mediapipe: bool,
+    sources: Sources | None = None,
 ) -> tuple[dict[str, Any], str, str | None]:
     """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
     with training_args.main_process_first(desc="dataset"):
-        dataset, data_source, data_fallback = load_data(model_args, data_args)
+        dataset, data_source, data_fallback = load_data(model_args, data_args, sources)
     if "test" not in dataset:  # as published: carve validation and test out of train
         dataset = dataset["train"].train_test_split(test_size=0.4, shuffle=True, seed=training_args.seed)
         if "validation" not in dataset:
@@ -948,6 +1029,15 @@ def software_in_effect(
     }
 
 
+def mfu_precision(software: dict[str, str | None], training_args: TrainingArguments) -> str:
+    """The precision the matmuls ran in, for the MFU's peak: the mixed precision read from the first
+    forward, or, where it could not be read (HPU lazy mode, torch.compile), the one asked for."""
+    mixed = software["mixed_precision"] or ""
+    if mixed.startswith("not read"):
+        mixed = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
+    return flops.matmul_precision(mixed, software["tf32"] in ("on", "matmul only"))
+
+
 def image_mode_error(error: ImageModeError) -> str:
     """The one line of an image the published transform cannot take, also when a loader worker
     raised it (its message then carries the worker's traceback; the last line is the error's)."""
@@ -969,19 +1059,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     on_gaudi = platform.on_gaudi
     mediapipe = data_args.mediapipe_dataloader  # parse_args has checked it can run
     setup_logging(training_args)
+    # --tf32 as asked, NGC's cuBLAS override included, read back, before anything asks cuBLAS about it.
+    tf32 = loop.set_tf32(PROG, platform.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)
-    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi)
+    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi, precision=tf32)
     point_at_run_dir(training_args, argv, run_dir)
     set_seed(training_args.seed, on_gaudi)
+    with one_line_errors(PROG, caches.ReadOnlyCache):
+        sources = resolve_sources(model_args, data_args, caches.scratch_root(run_dir.path))
 
-    # 3. Build the model and the tokenizer: the hub's, else offline ones
-    model, model_source, model_fallback = load_model(model_args)
+    # 3. Build the model and the tokenizer: the given or the hub's, else (none given) offline ones
+    model, model_source, model_fallback = load_model(model_args, sources)
     model_parameters = sum(p.numel() for p in model.parameters())
     prepare_model(model, model_args)
     trained_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tokenizer, tokenizer_source = load_tokenizer(model_args)
+    tokenizer, tokenizer_source = load_tokenizer(model_args, sources)
     image_size = model.config.vision_config.image_size
 
     # 4. Count the FLOPs of one training sample (rank 0, before the first timed step)
@@ -991,7 +1086,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
     # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
     splits, data_source, data_fallback = load_splits(
-        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe
+        model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe, sources
     )
     record_departures(run_dir, data_args, model_source, model_fallback, tokenizer_source, data_source)
 
@@ -1089,6 +1184,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         data_fallback_reason=data_fallback,
         dataset=data_args.dataset_name,
         dataset_revision=data_args.dataset_revision if data_source == "hub" else None,
+        cache_dir=sources.given_cache,
+        cache_read_through=model_args.cache_dir if model_args.cache_dir != sources.given_cache else None,
         trainer=trainer_name,
         gaudi_config=platform.gaudi_config.summary() if platform.gaudi_config else None,
         per_device_train_batch_size=training_args.per_device_train_batch_size,
@@ -1101,7 +1198,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         software=software,
         **switches,
         **flops.summary_fields(
-            sample_flops, throughput.meter.samples_per_second, world_size, bench.device_peak_tflops
+            sample_flops,
+            throughput.meter.samples_per_second,
+            world_size,
+            bench.device_peak_tflops,
+            mfu_precision(software, training_args),
         ),
     )
 

@@ -81,6 +81,27 @@ class DeviceArguments(MfuArguments):
     )
 
 
+def take_bool_flag(argv: Sequence[str], name: str) -> tuple[list[str], bool | None]:
+    """``argv`` without ``--name`` (bare: true, the host's way to write a true bool; or with a value),
+    and the value it gave (None where absent)."""
+    rest: list[str] = []
+    value: bool | None = None
+    tokens = list(argv)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token == f"--{name}" or token.startswith(f"--{name}="):
+            given = token.partition("=")[2] if "=" in token else None
+            if given is None and index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
+                index += 1
+                given = tokens[index]
+            value = True if given is None else given.lower() in ("true", "1", "yes", "y")
+        else:
+            rest.append(token)
+        index += 1
+    return rest, value
+
+
 def config_error(prog: str, message: str) -> SystemExit:
     """The exception a configuration problem ends the trainer with: raise it ``from None``."""
     return SystemExit(f"{prog}: error: {message}")

@@ -20,7 +20,9 @@ import io
 import math
 import os
 import random
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ import torch.distributed as dist
 from PIL import Image
 
 from . import gpudecode, randaugment
+from .args import config_error
 from .synthetic import jpeg_bytes, sample_sizes
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -127,6 +130,10 @@ class ImageFolderSource:
         """``<class>/<stem>``: how per-image side data (token-label maps) is filed."""
         return self.samples[index][0].rsplit(".", 1)[0]
 
+    def describe(self, index: int) -> str:
+        """The sample's file, as a user finds it."""
+        return str(self.root / self.samples[index][0])
+
 
 class SyntheticImageSource:
     """``num_samples`` images cycling through a pool of distinct JPEGs of ImageNet-like sizes.
@@ -165,6 +172,37 @@ class SyntheticImageSource:
 
     def key(self, index: int) -> str:
         return f"synthetic/{index:08d}"
+
+    def describe(self, index: int) -> str:
+        return f"synthetic image {index % len(self.pool)} of the pool"
+
+
+class BadImage(ValueError):
+    """An image no decoder can read, named by its file: one line, also from a loader worker."""
+
+    @staticmethod
+    def line(error: BaseException) -> str:
+        """The one line of a BadImage, also when a loader worker raised it (the main process gets its
+        message after the worker's traceback: the last line is the error's)."""
+        last = str(error).strip().splitlines()[-1]
+        return last.split(f"{BadImage.__name__}: ", 1)[-1]
+
+
+@contextmanager
+def bad_images_named(prog: str) -> Iterator[None]:
+    """A bad image met while training ends the trainer in one line naming its file."""
+    try:
+        yield
+    except BadImage as error:
+        raise config_error(prog, BadImage.line(error)) from None
+
+
+def bad_image(source: Any, index: int, error: BaseException) -> BadImage:
+    """The one-line error of sample ``index`` of ``source`` that failed to decode with ``error``."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    # PIL names the buffer it read from (<_io.BytesIO object at 0x...>), which says nothing to a user.
+    reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", reason)
+    return BadImage(f"bad image {source.describe(index)}: {reason}; remove or replace the file")
 
 
 def open_rgb(data: bytes) -> Image.Image:
@@ -293,7 +331,10 @@ class ImageTrainDataset(torch.utils.data.Dataset):
         data = self.source.read(index)
         sample: dict[str, Any] = {"labels": self.source.label(index)}
         if self.encoded:
-            width, height = Image.open(io.BytesIO(data)).size  # header only, no decode
+            try:
+                width, height = Image.open(io.BytesIO(data)).size  # header only, no decode
+            except (OSError, ValueError) as error:  # PIL: UnidentifiedImageError, a truncated header
+                raise bad_image(self.source, index, error) from None
             flipped = random.random() < self.transform.hflip
             top, left, h, w = random_resized_crop_params(
                 width, height, self.transform.scale, self.transform.ratio
@@ -303,7 +344,11 @@ class ImageTrainDataset(torch.utils.data.Dataset):
             )
             sample["jpeg"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         else:
-            sample["pixel_values"], crop = self.transform(open_rgb(data))
+            try:
+                image = open_rgb(data)
+            except (OSError, ValueError) as error:  # PIL: UnidentifiedImageError, "image file is truncated"
+                raise bad_image(self.source, index, error) from None
+            sample["pixel_values"], crop = self.transform(image)
         sample["crop_box"] = torch.tensor(crop.box, dtype=torch.float32)
         sample["flipped"] = crop.flipped
         if self.extra is not None:

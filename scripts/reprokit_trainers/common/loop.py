@@ -8,6 +8,7 @@ is written, last, with what every loop reports beside its own fields, and the pr
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,29 @@ def quiet_notices(*messages: str) -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
+def require_accelerator(prog: str) -> None:
+    """A cell planned for GPUs (run.sh says which: REPROKIT_ACCELERATOR) never trains on the CPU unseen,
+    nor on fewer devices than its ranks: a process that sees no CUDA device, or a local rank beyond
+    what it sees, ends the trainer in one line."""
+    if os.environ.get("REPROKIT_ACCELERATOR") != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise config_error(
+            prog,
+            "this cell was planned for cuda and this process sees no CUDA device: make the GPUs visible "
+            "(docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu",
+        )
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if local >= count:
+        raise config_error(
+            prog,
+            f"local rank {local} has no CUDA device: this process sees {count} (under MIG, one MIG device per "
+            "process); run as many ranks per node as there are devices (--devices)",
+        )
+
+
 def set_tf32(prog: str, enabled: bool | None) -> dict[str, Any]:
     """TF32 as asked, and the state in effect (for sysinfo.json); one that does not hold ends the
     trainer in one line: an fp32 run that silently uses TF32 would be measured as fp32."""
@@ -40,11 +64,16 @@ def set_tf32(prog: str, enabled: bool | None) -> dict[str, Any]:
 
 
 def finish(
-    logger: StepLogger, arguments: Sequence[Any], sample_flops: float | None, **fields: Any
+    logger: StepLogger,
+    arguments: Sequence[Any],
+    sample_flops: float | None,
+    mfu_precision: str,
+    **fields: Any,
 ) -> dict[str, Any] | None:
     """Write summary.json into the logger's run directory (rank 0; None elsewhere) with the trainer's
     ``fields``, then every argument of the run (``arguments``: its parsed dataclasses), the loop's
-    final loss and the MFU; then leave the process group."""
+    final loss and the MFU over the peak of ``mfu_precision`` (flops.matmul_precision); then leave the
+    process group."""
     meter = logger.meter
     peak = next(parsed.device_peak_tflops for parsed in arguments if isinstance(parsed, MfuArguments))
     world = dist.get_world_size() if dist.is_initialized() else 1  # as init_process_group returned it
@@ -54,7 +83,7 @@ def finish(
         **fields,
         args=arguments_dict(*arguments),
         **logger.summary_fields(),
-        **flops.summary_fields(sample_flops, meter.samples_per_second, world, peak),
+        **flops.summary_fields(sample_flops, meter.samples_per_second, world, peak, mfu_precision),
     )
     destroy_process_group()
     return summary

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from . import hardware
+from . import devicememory, hardware
 from .breakdown import Breakdown
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
@@ -187,6 +187,7 @@ class ThroughputMeter:
         self.breakdown.resolve()
         if self.energy is not None:
             self.energy.mark(now, window_start=self.steps == self.warmup_steps)
+        devicememory.sample()  # NVML's view of the process's memory, after the clock: not timed
         if self.steps == self.warmup_steps:
             # The steady-state clock starts at the end of the last warm-up step.
             self.measured_start = now
@@ -435,6 +436,8 @@ class RunDir:
             "peak_memory_bytes": peak_bytes,
             "peak_memory_of": peak_of,
             "machine_load": load,
+            # What the device saw the process hold, the allocator's peak and all it does not count.
+            **devicememory.fields(),
             "finished_at": now_iso(),
             **meter.explained(self.path),
         }

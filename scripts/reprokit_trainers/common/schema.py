@@ -7,10 +7,13 @@ line after parsing it. A schema is ``{"closed": bool, "arguments": {name: rule}}
 a command line carries it) and optionally ``nullable``, ``min``,
 ``max``, ``above`` (strictly greater than) and ``choices``. A closed schema names every argument the
 trainer takes, so a misspelt key is caught too; an open one (a trainer that also passes
-TrainingArguments through) checks only the names it lists. ``relations`` tie two arguments (VOLO's
-token-label size is its image size / 16): ``{"arg", "equals", "divided_by", "why"}``. ``roles`` name
+TrainingArguments through) checks only the names it lists. ``relations`` tie two arguments: one is
+another divided by a number (VOLO's token-label size is its image size / 16: ``{"arg", "equals",
+"divided_by", "why"}``), or a step count is above another where it counts steps at all (max_steps
+over the warm-up: ``{"arg", "above", "from", "why"}``, ``from`` the first value that is a count). ``roles`` name
 the arguments the host reads without knowing the trainer: the per-device batch, the loader workers,
-the step cap, and the switches whose effect the trainer records (arg -> recorded summary field).
+the step cap, the warm-up steps, the logging interval, the arguments that choose the data path
+(``loader``: a list), and the switches whose effect the trainer records (arg -> recorded summary field).
 """
 
 from __future__ import annotations
@@ -86,10 +89,24 @@ def check(schema: dict[str, Any], args: dict[str, Any], only_known: bool = False
         if wrong:
             found.append(f"{key}: {wrong}")
     for relation in schema.get("relations", []):
-        value, other = args.get(relation["arg"]), args.get(relation["equals"])
+        wrong = _relation_problem(relation, args)
+        if wrong:
+            found.append(wrong)
+    return found
+
+
+def _relation_problem(relation: dict[str, Any], args: dict[str, Any]) -> str | None:
+    value = args.get(relation["arg"])
+    if "equals" in relation:
+        other = args.get(relation["equals"])
         if isinstance(value, int) and isinstance(other, int) and value != other // relation["divided_by"]:
-            found.append(
+            return (
                 f"{relation['arg']} {value} does not match {relation['equals']} {other} "
                 f"(= {other // relation['divided_by']}: {relation['why']})"
             )
-    return found
+        return None
+    floor = args.get(relation["above"])
+    counts = isinstance(value, int) and not isinstance(value, bool) and value >= relation.get("from", 0)
+    if counts and isinstance(floor, int) and value <= floor:
+        return f"{relation['arg']} {value} is not above {relation['above']} {floor} ({relation['why']})"
+    return None

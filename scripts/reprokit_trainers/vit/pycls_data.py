@@ -141,8 +141,11 @@ class PyclsTrainDataset(torch.utils.data.Dataset):
         return len(self.source)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        pixels = self.transform(decode_bgr(self.source.read(index)))
-        return {"pixel_values": pixels, "labels": self.source.label(index)}
+        try:
+            image = decode_bgr(self.source.read(index))
+        except ValueError as error:  # OpenCV decodes nothing of a file that is no image
+            raise imagenet.bad_image(self.source, index, error) from None
+        return {"pixel_values": self.transform(image), "labels": self.source.label(index)}
 
 
 class Uint8TrainTransform:

@@ -447,6 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # Before anything asks cuBLAS whether it may use TF32 (the published rungs: on, as torch <= 1.11
     # had it by default in 2022; the recipe's assumptions give the sources).
     tf32 = loop.set_tf32(PROG, device_args.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -511,7 +512,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     )
     seen: dict[str, str] = {}
     logger.watch(model)
-    train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
+    with imagenet.bad_images_named(PROG):
+        train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
     logger.close()
     # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
     ran = {
@@ -527,6 +529,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
+        flops.matmul_precision(seen.get("mixed_precision") or prec.mode, tf32["tf32_matmul"]),
         model=model_args.model_name_or_path,
         model_size=size,
         parameters=parameters,

@@ -747,6 +747,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     loop.quiet_notices()
     model_args, data_args, train_args, device_args = parse_args(argv)
     tf32 = loop.set_tf32(PROG, device_args.tf32)
+    loop.require_accelerator(PROG)
 
     # 2. Join the process group: torchrun's, or alone a 1-rank group, so that DDP wraps the model and
     # runs its all-reduce schedule as on 8 devices
@@ -793,7 +794,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         total_steps=planned_steps(train_args, len(run.loader)),
         profile=device_args.profile,
     )
-    trained = train_loop(run, data_args, train_args, lr, device, rank, logger)
+    with imagenet.bad_images_named(PROG):
+        trained = train_loop(run, data_args, train_args, lr, device, rank, logger)
     logger.close()
     switches: dict[str, Any] = {
         "loader": data_args.loader,
@@ -814,6 +816,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
+        flops.matmul_precision(run.amp_mode, tf32["tf32_matmul"]),
         model=model_args.model_name_or_path,
         img_size=run.img_size,
         token_label_size=run.label_size,

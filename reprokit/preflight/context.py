@@ -1,0 +1,53 @@
+"""What every preflight check reads: the plan a session would run, on which runtime and platform, where
+its results would go, and what the checks before it found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reprokit.plan import accelerators, recipes
+from reprokit.plan.cells import Cell
+from reprokit.plan.planner import Plan
+from reprokit.plan.recipes import Recipe
+from reprokit.plan.request import Request
+from reprokit.preflight.findings import Finding
+from reprokit.run.runtimes.base import Runtime
+
+
+@dataclass
+class Context:
+    plan: Plan
+    request: Request
+    runtime: Runtime
+    # Where the session's results would go (--out, else results/); the preflight's own runs go below it.
+    out: Path
+    # Whether a few real steps of each trainer and loader are run (--no-steps: the quick checks only).
+    steps: bool = True
+    # Seconds allowed to each stepped cell.
+    step_timeout: float = 900.0
+    findings: list[Finding] = field(default_factory=list)
+    # The stepped cells' run directories (the steps check), read by the checks after it.
+    stepped: dict[str, Path] = field(default_factory=dict)
+    # Why the Hugging Face hub cannot be reached from here (the data check); None: reachable or not asked.
+    # The stepped runs then run offline, as they would end up anyway, without the hub client's retries.
+    hub_unreachable: str | None = None
+
+    @property
+    def cells(self) -> list[Cell]:
+        return self.plan.cells
+
+    @property
+    def profile(self) -> accelerators.Profile:
+        return accelerators.get(self.plan.accelerator)
+
+    @property
+    def container(self) -> str:
+        return self.plan.container
+
+    def recipe(self, cell: Cell) -> Recipe:
+        return recipes.load(cell.recipe_file or cell.recipe)
+
+    def blocked_everywhere(self) -> list[Finding]:
+        """What stops every cell (the machine, its image, its storage): no step would run."""
+        return [f for f in self.findings if f.blocks and not f.cells]

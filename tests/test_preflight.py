@@ -1,0 +1,241 @@
+"""`inv preflight`: per cell of the session a `reproduce` would run, would it be judged or why not; every
+refusal induced as a user would meet it (a read-only cache without a writable scratch, no nvidia-smi, a
+MIG listing, a bad JPEG, a full disk), each exiting non-zero with one line naming the fault, and on this
+CPU machine a clean run of the cpu profile's smoke cells with a few real steps each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reprokit.plan import accelerators
+from reprokit.plan.request import Request
+from reprokit.preflight import baseimage
+from reprokit.preflight.checks import collective, steps, storage
+from tests.conftest import INV, ROOT, run_inv
+from tests.fakes import fake_env, fake_recipe, tiny_imagenet
+
+CPU = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local", "--container", "none")
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    return result.stderr.strip().splitlines()[-1]
+
+
+def fake_nvidia_smi(tmp_path: Path, listing: str | None) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if listing is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat <<'EOF'\n{listing}\nEOF\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def can_unshare() -> bool:
+    return bool(shutil.which("unshare")) and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+# ---- on this machine: the cpu profile, a few real steps, exit 0 --------------------------------------
+
+
+def test_on_a_cpu_machine_the_smoke_cells_would_run_and_the_table_says_so(tmp_path):
+    result = run_inv("preflight", "volo", *CPU, "--out", str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Preflight of 3 cell(s): cpu, smoke scale, volo"
+    assert any(line.startswith("  - devices  1 x cpu") for line in lines)
+    assert any(line.startswith("  - storage  ") and "writable" in line for line in lines)
+    stepped = [
+        line for line in lines
+        if line.startswith("  - steps    volo--pretrain-d1 (for volo--finetune-d1-384, volo--pretrain-d1-modern-kernels): 3 steps in")
+    ]  # fmt: skip
+    assert stepped and "img/s" in stepped[0]
+    table = lines[lines.index(next(line for line in lines if line.lstrip().startswith("cell "))) + 1 :]
+    assert [line.split()[0] for line in table] == [
+        "volo--pretrain-d1", "volo--finetune-d1-384", "volo--pretrain-d1-modern-kernels"
+    ]  # fmt: skip
+    assert all("would run, not judged  smoke scale" in line for line in table)
+    # The stepped run is a real run directory, kept beside the results.
+    (run_dir,) = (tmp_path / "preflight").glob("*/runs/volo--pretrain-d1")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 3 and summary["warmup_steps"] == 1
+
+
+# ---- each refusal, induced ------------------------------------------------------------------------------
+
+
+def test_no_nvidia_smi_is_a_refusal_not_one_device(tmp_path):
+    env = fake_nvidia_smi(tmp_path, None)
+    result = run_inv("preflight", "bridgetower", "--accelerator", "cuda", "--no-steps", "--out", str(tmp_path), env=env)
+    assert result.returncode == 1, result.stderr
+    assert last_line(result).startswith("reprokit: ")
+    assert "devices: cannot count this machine's cuda devices: nvidia-smi is not on PATH" in last_line(result)
+    assert "  x devices  cannot count this machine's cuda devices" in result.stdout
+
+
+def test_a_mig_listing_is_refused_for_cells_needing_whole_devices(tmp_path):
+    listing = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n  MIG 3g.40gb     Device  0: (UUID: MIG-a)\n  MIG 3g.40gb     Device  1: (UUID: MIG-b)"
+    result = run_inv("preflight", "bridgetower", "--accelerator", "cuda", "--no-steps",
+                     "--out", str(tmp_path), env=fake_nvidia_smi(tmp_path, listing))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "GPUs are in MIG mode (1 x NVIDIA A100-SXM4-80GB, in MIG mode: 2 MIG device(s))" in last_line(result)
+
+
+def test_a_bad_jpeg_in_the_given_imagenet_is_named(tmp_path):
+    root = tiny_imagenet(tmp_path / "imagenet")
+    bad = root / "train" / "n01443537" / "n01443537_7.JPEG"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 torn off here")
+    result = run_inv("preflight", "volo", *CPU, "--no-steps", "--data", f"imagenet={root}",
+                     "--out", str(tmp_path / "out"))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"data: --data imagenet: bad image {bad}: Truncated File Read; remove or replace it" in last_line(result)
+
+
+def test_a_full_disk_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from reprokit import preflight
+
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 10 * storage.MIB)
+    request = Request(recipes=["volo"], accelerator="cpu", scale="smoke", runtime="local", container="none")
+    report = preflight.run(request, str(tmp_path), steps=False)
+    (refusal,) = [f for f in report.findings if f.blocks]
+    assert refusal.check == "storage" and refusal.message.startswith(f"{tmp_path.resolve()}: 10 MiB free, the session needs about 192 MiB")
+    assert [a.verdict for a in report.answers()] == ["would not", "would not", "would not"]
+
+
+@pytest.mark.skipif(not can_unshare(), reason="no unprivileged mount namespaces here")
+def test_a_full_disk_for_real_a_tiny_tmpfs(tmp_path):
+    out = tmp_path / "small"
+    out.mkdir()
+    command = [*INV, "preflight", "volo", *CPU, "--no-steps", "--out", str(out)]
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=64k tmpfs "{out}" && exec "$@"', "sh", *command],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"storage: {out}: 0 MiB free, the session needs about 192 MiB" in last_line(result)
+
+
+@pytest.mark.skipif(not can_unshare(), reason="no unprivileged mount namespaces here")
+def test_a_read_only_cache_without_a_writable_scratch_is_refused(tmp_path):
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    command = [*INV, "preflight", "bridgetower", *CPU, "--no-steps", "--data", f"dataset_cache={cache}",
+               "--out", str(tmp_path / "out")]  # fmt: skip
+    mounts = f'mount --bind -o ro "{cache}" "{cache}" && mount --bind -o ro "{scratch}" "{scratch}"'
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'{mounts} && exec "$@"', "sh", *command], cwd=ROOT, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "REPROKIT_SCRATCH": str(scratch)},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "  x data     --data dataset_cache=" in result.stdout
+    assert f"is read-only and REPROKIT_SCRATCH={scratch} is not writable" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not can_unshare(), reason="no unprivileged mount namespaces here")
+def test_a_read_only_cache_with_a_writable_scratch_would_be_trained_on_as_given(tmp_path):
+    pytest.importorskip("transformers")
+    from tests.fakes.newyorker import newyorker_cache
+    from tests.test_trainer_bridgetower import TINY
+
+    cache = newyorker_cache(tmp_path / "hf-cache", TINY)
+    command = [*INV, "preflight", "bridgetower", "--variant", "workers0", *CPU,
+               "--data", f"dataset_cache={cache}", "--out", str(tmp_path / "out")]  # fmt: skip
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{cache}" "{cache}" && exec "$@"', "sh", *command],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "  - data     --data dataset_cache: read-only; the trainer reads it through a writable view" in result.stdout
+    # The smoke scale's 12-row stand-in is not the pinned revision: said, not held against a smoke cell.
+    assert "holds train 12, validation 4, test 4 rows, the pinned revision train 9792" in result.stdout
+    (run_dir,) = (tmp_path / "out" / "preflight").glob("*/runs/bridgetower--workers0")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["data_source"], summary["model_source"]) == ("hub", "hub") and summary["departures"] == []
+
+
+def test_a_published_cell_whose_steps_depart_would_not_be_judged(tmp_path):
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml",
+        [{"name": "v", "baseline": True, "args": {"fake_departure": "a loader fell back"},
+          "references": [{"device": "cpu", "devices": 1, "value": 100, "definition": "after_warmup"}]}],
+    )  # fmt: skip
+    result = run_inv("preflight", str(recipe), "--accelerator", "cpu", "--scale", "published",
+                     "--runtime", "local", "--container", "none", "--out", str(tmp_path / "out"), env=fake_env())  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "  x steps    fake--v: 6 steps in" in result.stdout
+    assert "but it departed: a loader fell back" in result.stdout
+
+
+# ---- the pieces ----------------------------------------------------------------------------------
+
+
+NGC_READBACK = """\
+== os
+Ubuntu 24.04.1 LTS
+== glibc
+ldd (Ubuntu GLIBC 2.39-0ubuntu8.3) 2.39
+== python
+3.12.3
+== numactl
+== compiler
+/usr/bin/g++
+== pip
+torch==2.6.0a0+ecf3bae40a.nv25.1
+torchvision==0.21.0a0
+Pillow==11.0.0
+numpy==1.26.4
+triton==3.1.0
+== env
+PATH=/usr/local/bin
+TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
+"""
+
+
+def test_the_bases_unverified_facts_are_confirmed_or_corrected_and_a_verified_one_that_differs_is_named():
+    base = accelerators.bases()["ngc-pytorch-25.01"]
+    compared = baseimage.compare(base, baseimage.parse(NGC_READBACK))
+    assert "torchvision 0.21.0a0 (unverified in bases.yaml: now confirmed)" in compared.confirmed
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE 1 (unverified in bases.yaml: now confirmed)" in compared.confirmed
+    assert "pillow is 11.0.0 here, bases.yaml says 11.1.0 (unverified)" in compared.corrected
+    assert "numactl is absent here, bases.yaml does not say (unverified)" in compared.corrected
+    assert {"os Ubuntu 24.04", "glibc 2.39", "python 3.12", "numpy 1.26.4"} <= set(compared.confirmed)
+    # A verified fact the image contradicts: what the pins were resolved against is not what runs.
+    assert "dill is absent here, bases.yaml says 0.3.9" in compared.wrong
+    layered = baseimage.compare(base, baseimage.parse(NGC_READBACK), frozenset({"dill", "sympy", "networkx", "jinja2", "markupsafe", "fsspec", "filelock", "typing-extensions", "packaging", "setuptools", "opencv", "nvidia-dali-cuda120"}))
+    assert layered.wrong == []
+
+
+def test_the_nic_each_rank_used_is_read_from_the_job_log():
+    log = "\n".join(
+        [
+            "0: reprokit: n1 local rank 0 -> NUMA node 3, NIC mlx5_0",
+            "1: reprokit: n2 local rank 1 unbound: no numactl here, NIC left to NCCL",
+            "1: n2:811:811 [1] NCCL INFO NET/IB : Using [0]mlx5_1:1/IB [1]mlx5_2:1/IB ; OOB ib0:10.0.0.2<0>",
+        ]
+    )
+    assert collective.nics(log) == [
+        "n1 rank 0: mlx5_0",
+        "n2 rank 1: left to NCCL",
+        "n2 NCCL NET/IB: [0]mlx5_1:1/IB [1]mlx5_2:1/IB",
+    ]
+
+
+def test_each_trainer_and_loader_variant_is_stepped_once_producers_first():
+    from reprokit.plan import cells, recipes
+
+    volo = cells.expand(recipes.load("volo"), "volo", "cuda", "published")
+    chosen = [(c.cell_id, len(group)) for c, group in steps.representatives(volo)]
+    # One per loader (torch, gpu_decode, dali); the finetunes are the torch loader's.
+    assert [cell for cell, _ in chosen] == ["volo--pretrain-d1", "volo--pretrain-d5-gpu-decode", "volo--pretrain-d5-dali"]
+    short = steps.shortened(volo[0])
+    assert (short.args["max_steps"], short.args["throughput_warmup_steps"], short.args["logging_steps"]) == (3, 1, 1)
+    assert volo[0].args["max_steps"] == 500  # the cell itself is left as planned
