@@ -776,3 +776,19 @@ def test_the_bare_tf32_flag_the_host_writes_is_the_trainers_to_set_even_off_a_gp
         ["--output_dir", "/tmp/unused", "--do_train", "--tf32", "--model_config_json", json.dumps(TINY)]
     )
     assert platform.tf32 is True and training_args.tf32 is None
+
+
+def test_where_the_hub_does_not_answer_loaders_read_the_cache_at_once(tmp_path, monkeypatch):
+    """No half-minute of retries per file on a machine without the hub: the checkpoint and tokenizer
+    are read from the cache alone, and what is not there is said at once."""
+    import time
+
+    from reprokit_trainers.common import hub
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard: nothing listens
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert hub.answers(timeout=1.0) is False
+    args = run_bridgetower.ModelArguments(model_name_or_path="BridgeTower/bridgetower-large-itm-mlm-itc")
+    started = time.monotonic()
+    tokenizer, source = run_bridgetower.load_tokenizer(args, run_bridgetower.Sources(cache_only=True))
+    assert source == "offline" and time.monotonic() - started < 5

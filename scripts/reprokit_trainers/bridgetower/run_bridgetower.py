@@ -57,7 +57,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import caches, flops, loop, software
+from reprokit_trainers.common import caches, flops, hub, loop, software
 from reprokit_trainers.common.args import (
     MfuArguments,
     config_error,
@@ -416,6 +416,8 @@ class Sources:
     checkpoint_given: bool = False
     data_given: bool = False
     given_cache: str | None = None  # --cache_dir as the user gave it (a view of it may be read instead)
+    # The hub does not answer: read the cache alone (the same files), without retrying each for 30 s.
+    cache_only: bool = False
 
 
 def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments, scratch: Path) -> Sources:
@@ -440,6 +442,7 @@ def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments
         checkpoint_given=bool(given) or Path(model_args.model_name_or_path).is_dir(),
         data_given=bool(given) and not data_args.synthetic_data,
         given_cache=given,
+        cache_only=not hub.answers(),
     )
 
 
@@ -457,6 +460,7 @@ def load_model(
                 revision=model_args.model_revision,
                 cache_dir=sources.hub_cache,
                 token=model_args.token,
+                local_files_only=sources.cache_only,
             )
             return model, "hub", None
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
@@ -524,6 +528,7 @@ def load_tokenizer(model_args: ModelArguments, sources: Sources | None = None) -
             use_fast=model_args.use_fast_tokenizer,
             token=model_args.token,
             trust_remote_code=model_args.trust_remote_code,
+            local_files_only=sources.cache_only,
         )
         return tokenizer, "hub"
     except (OSError, ValueError) as error:
@@ -624,13 +629,14 @@ def load_data(
     sources = sources or Sources()
     reason = "--synthetic_data" if data_args.synthetic_data else "no --dataset_name"
     if not data_args.synthetic_data and data_args.dataset_name:
-        from datasets import load_dataset
+        from datasets import DownloadConfig, load_dataset
 
         try:
             dataset = load_dataset(
                 data_args.dataset_name,
                 data_args.dataset_config_name,
                 cache_dir=model_args.cache_dir,
+                download_config=DownloadConfig(local_files_only=True) if sources.cache_only else None,
                 keep_in_memory=False,
                 data_dir=data_args.data_dir,
                 token=model_args.token,
