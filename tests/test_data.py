@@ -67,4 +67,4 @@ def test_data_reaches_the_trainer_under_the_local_runtime_and_is_recorded(tmp_pa
     assert json.loads((run_dir / "cell.json").read_text())["data"] == {"imagenet": str(root)}
     assert json.loads((session / "session.json").read_text())["request"]["data"] == {"imagenet": str(root)}
     (row,) = collect.rows(session)
-    assert row["data"] == f"imagenet={root}"
+    assert row.data == f"imagenet={root}"

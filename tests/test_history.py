@@ -222,11 +222,12 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     from matplotlib.dates import ConciseDateFormatter
 
     from reprokit.results import history
+    from reprokit.results.row import Row
 
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     table = [
-        {"cell_id": "c", "session": f"s{i:02d}", "session_started": start + timedelta(hours=i), "unit": "img/s",
-         "device_name": "H100", "host": "a" if i % 2 else "b", "measured_per_device": 100.0 + i, "spread": None}
+        history.Entry(f"s{i:02d}", start + timedelta(hours=i), None, "a" if i % 2 else "b",
+                      Row(cell_id="c", unit="img/s", device_name="H100", measured_per_device=100.0 + i))
         for i in range(1, 9)
     ]  # fmt: skip
     fig, unnamed = history.figure("c", table)

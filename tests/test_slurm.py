@@ -21,7 +21,8 @@ import yaml
 from reprokit import trainers
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.results import collect, verdicts
+from reprokit.results import collect, ratios
+from reprokit.results.row import COLUMNS, Row
 from reprokit.run import images
 from reprokit.run.containers.apptainer import Apptainer
 from reprokit.run.containers.images_on_nodes import NodeImageOptions
@@ -452,19 +453,15 @@ def test_the_first_exception_of_any_rank_is_the_root_cause(tmp_path):
 
 
 def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_row():
-    def row(nodes: int, per_device: float | None, variant: str = "pretrain-d5") -> dict:
-        return {
-            "recipe": "volo", "variant": variant, "scale": "published", "accelerator": "cuda",
-            "nodes": nodes, "measured_per_device": per_device, "scaling_efficiency": None,
-        }  # fmt: skip
+    def row(nodes: int, per_device: float | None, variant: str = "pretrain-d5") -> Row:
+        return Row(recipe="volo", variant=variant, scale="published", accelerator="cuda", nodes=nodes,
+                   measured_per_device=per_device, cell_id=f"volo--{variant}--{nodes}n")  # fmt: skip
 
     # The VOLO post: 500 img/s on one DGX A100 (8 GPUs), 2100 on five (40 GPUs).
     one, five, other = row(1, 500 / 8), row(5, 2100 / 40), row(2, 50.0, variant="pretrain-d1")
-    table = [one, five, other]
-    verdicts.scaling_efficiency(table)
-    assert five["scaling_efficiency"] == pytest.approx(0.84)
-    assert one["scaling_efficiency"] is None and other["scaling_efficiency"] is None
-    assert "scaling_efficiency" in collect.COLUMNS
+    found = ratios.scaling_efficiency([one, five, other])
+    assert found == {five.cell_id: pytest.approx(0.84)}  # none for the single node, none without a twin
+    assert "scaling_efficiency" in COLUMNS
 
 
 # ---- on a cluster ---------------------------------------------------------------------------------
@@ -563,13 +560,13 @@ def test_bridgetower_trains_data_parallel_across_two_nodes_with_its_scaling_effi
     assert "0: " in log and "1: " in log
     assert job(run_dir)["state"] == "COMPLETED"
     one, two = collect.rows(runs.parent)
-    assert (one["nodes"], one["world_size"], two["nodes"], two["world_size"]) == (1, 1, 2, 2)
+    assert (one.nodes, one.world_size, two.nodes, two.world_size) == (1, 1, 2, 2)
     # Per device, 2 nodes against 1 in the same session: the figure the VOLO post gives as 2100 vs 500.
-    assert two["scaling_efficiency"] == pytest.approx(two["measured_per_device"] / one["measured_per_device"])
-    assert one["scaling_efficiency"] is None
+    assert two.scaling_efficiency == pytest.approx(two.measured_per_device / one.measured_per_device)
+    assert one.scaling_efficiency is None
     print(
-        f"BridgeTower smoke on 1 and 2 nodes ({took:.0f}s): {one['measured_per_device']:.2f} and "
-        f"{two['measured_per_device']:.2f} samples/s per device, scaling efficiency {two['scaling_efficiency']:.2f}"
+        f"BridgeTower smoke on 1 and 2 nodes ({took:.0f}s): {one.measured_per_device:.2f} and "
+        f"{two.measured_per_device:.2f} samples/s per device, scaling efficiency {two.scaling_efficiency:.2f}"
     )
 
 
