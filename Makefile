@@ -30,10 +30,12 @@ images: $(VENV)/.installed  ## build the image of this machine's accelerator (AC
 
 test: $(VENV)/.installed  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
+	$(BIN)/ruff format --check --quiet reprokit scripts tests tasks.py benchmarks
 	$(BIN)/pytest -q -ra $(ARGS)
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed  ## ruff's checks and formatting
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
+	$(BIN)/ruff format --check reprokit scripts tests tasks.py benchmarks
 
 report: $(VENV)/.installed  ## rewrite the newest session's report
 	$(INV) report latest

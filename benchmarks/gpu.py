@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.results import collect, verdicts
+from reprokit.results import collect, formats
 from reprokit.run import supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions
@@ -120,23 +120,21 @@ def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
     """The kit's results row of the cell (the device that ran picks its reference), and what a bench
     table shows besides: the steady-state rate and the FLOPs."""
     found = collect.row(run_dir)
-    measured = found.get("measured_after_warmup")
-    mfu = found.get("mfu")
     return {
         "cell": cell.cell_id,
-        "status": found.get("status"),
-        "device": found.get("device_name"),
-        "definition": found.get("definition"),
-        "per_device": found.get("measured_per_device"),
-        "after_warmup": measured,
+        "status": found.status,
+        "device": found.device_name,
+        "definition": found.definition,
+        "per_device": found.measured_per_device,
+        "after_warmup": found.measured_after_warmup,
         "unit": cell.unit,
-        "published_per_device": found.get("reference_per_device"),
-        "published": found.get("reference_source") or "",
-        "verdict": verdicts.verdict_text(found),
-        "gflop_per_sample": (found.get("flops_per_sample") or flops_per_sample(cell)) / 1e9,
-        "mfu": mfu,
-        "peak_memory_gib": (found.get("peak_memory_bytes") or 0) / 2**30,
-        "error": found.get("error") or "",
+        "published_per_device": found.reference_per_device,
+        "published": found.reference_source or "",
+        "verdict": formats.verdict(found),
+        "gflop_per_sample": (found.flops_per_sample or flops_per_sample(cell)) / 1e9,
+        "mfu": found.mfu,
+        "peak_memory_gib": (found.peak_memory_bytes or 0) / 2**30,
+        "error": found.error or "",
     }
 
 

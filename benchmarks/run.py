@@ -283,7 +283,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[2], help="loader worker counts to measure")
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
     parser.add_argument(
-        "--only", choices=["history", "meter"], help="run one section of the CPU suite (make bench ARGS='--only history')"
+        "--only",
+        choices=["history", "meter"],
+        help="run one section of the CPU suite (make bench ARGS='--only history')",
     )
     parser.add_argument(
         "--dry-run",

@@ -125,5 +125,3 @@ def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  
     profile = accelerators.get(accelerators.resolve(accelerator))
     command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
     print(" ".join(command) if dry_run else target)
-
-

@@ -197,5 +197,3 @@ def request(names: list[str], options: RunOptions, site: settings.Settings) -> R
         repeat=count("--repeat", options.repeat, "how many times to run each cell") or 1,
         profile=bool(options.profile),
     )
-
-

@@ -13,6 +13,7 @@ from reprokit import settings
 from reprokit.errors import ReprokitError
 from reprokit.results import collect as collecting
 from reprokit.results import report as reporting
+from reprokit.results import terminal
 from reprokit.run import files
 from reprokit.run import session as sessions
 from reprokit.tasking import friendly
@@ -58,7 +59,7 @@ def collect(c, session, results=None):
 def report(c, session, results=None):
     """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
     written = reporting.write(_session(session, results))
-    reporting.print_table(written.table)
+    terminal.print_table(written.table)
     print(written.html)
     print(written.markdown)
 

@@ -53,11 +53,10 @@ def friendly(fn):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise Exit(code=1) from None
         except KeyboardInterrupt:
-            raise Exit(
-                "reprokit: interrupted; what was measured is kept", code=130
-            ) from None
+            raise Exit("reprokit: interrupted; what was measured is kept", code=130) from None
 
     return wrapper
+
 
 def options_task(
     names: tuple[str, ...],

@@ -175,7 +175,12 @@ def resume(c, session, options: RunOptions):
 @options_task(
     PREFLIGHT_FIELDS,
     recipe_help=RECIPES_HELP,
-    extra={"steps": (True, "run a few real steps of each trainer and loader variant (--no-steps: the quick checks only)")},
+    extra={
+        "steps": (
+            True,
+            "run a few real steps of each trainer and loader variant (--no-steps: the quick checks only)",
+        )
+    },
 )
 @friendly
 def preflight(c, recipe, options: RunOptions, steps=True):

@@ -19,7 +19,9 @@ PACKAGE = "reprokit_trainers"
 def package_dir() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ReprokitError(f"the trainers package {PACKAGE} is not installed with the kit (reinstall reprokit)")
+        raise ReprokitError(
+            f"the trainers package {PACKAGE} is not installed with the kit (reinstall reprokit)"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 

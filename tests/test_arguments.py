@@ -59,7 +59,9 @@ def test_each_schema_names_only_real_arguments_with_their_types(trainer):
             assert expected == kind, f"{trainer}: {name} is {kind}, schema says {rule['type']}"
             assert bool(rule.get("nullable")) == nullable, f"{trainer}: {name} nullable is {nullable}"
     if found.get("closed"):
-        assert set(fields) <= set(found["arguments"]), f"{trainer}: schema misses {set(fields) - set(found['arguments'])}"
+        assert set(fields) <= set(found["arguments"]), (
+            f"{trainer}: schema misses {set(fields) - set(found['arguments'])}"
+        )
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
@@ -132,7 +134,9 @@ def test_the_host_reads_the_schema_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     problems, torch_loaded = out.stdout.strip().splitlines()
-    assert json.loads(problems.replace("'", '"')) == ["per_device_train_batch_size: must be at least 1, got 0"]
+    assert json.loads(problems.replace("'", '"')) == [
+        "per_device_train_batch_size: must be at least 1, got 0"
+    ]
     assert torch_loaded == "False"
 
 
@@ -147,5 +151,7 @@ def test_a_mapping_argument_is_checked_as_json_on_both_sides():
 def test_volos_token_label_size_is_checked_against_its_image_size_by_the_trainers_schema():
     # The token grid is the image size / 16: the rule is the trainer's (arguments.json), not the host's.
     (wrong,) = arguments.problems("volo", {"img_size": 512, "token_label_size": 24})
-    assert wrong.startswith("token_label_size 24 does not match img_size 512 (= 32: the token grid is img_size / 16")
+    assert wrong.startswith(
+        "token_label_size 24 does not match img_size 512 (= 32: the token grid is img_size / 16"
+    )
     assert arguments.problems("volo", {"img_size": 512, "token_label_size": 32}) == []

@@ -52,8 +52,12 @@ def test_without_a_writable_scratch_the_error_says_what_to_do(cache, tmp_path, m
     blocker.write_text("a file, not a folder")
     with pytest.raises(caches.ReadOnlyCache) as caught:
         caches.writable(cache, blocker, "--cache_dir")
-    assert str(caught.value).startswith(f"--cache_dir {cache} is read-only and the libraries write lock and cache files into it")
-    assert str(caught.value).endswith("mount it read-write, or set REPROKIT_SCRATCH to a folder the run may write")
+    assert str(caught.value).startswith(
+        f"--cache_dir {cache} is read-only and the libraries write lock and cache files into it"
+    )
+    assert str(caught.value).endswith(
+        "mount it read-write, or set REPROKIT_SCRATCH to a folder the run may write"
+    )
 
 
 def test_the_scratch_folder_is_the_platforms_else_the_run_directorys(tmp_path, monkeypatch):

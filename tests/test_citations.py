@@ -28,10 +28,16 @@ def test_every_citation_in_the_repository_names_a_section_of_recipes_sources():
     found = {}
     for folder in ("recipes", "scripts", "reprokit", "docker"):
         for path in (ROOT / folder).rglob("*"):
-            if path.is_file() and path.suffix in (".py", ".yaml", ".md", ".json", ".j2") and path.name != "SOURCES.md":
+            if (
+                path.is_file()
+                and path.suffix in (".py", ".yaml", ".md", ".json", ".j2")
+                and path.name != "SOURCES.md"
+            ):
                 text = path.read_text()
                 if path.parent == ROOT / "recipes":  # beside SOURCES.md, a bare name is a relative link
-                    text = text.replace("](SOURCES.md", "](recipes/SOURCES.md").replace("[SOURCES.md]", "[recipes/SOURCES.md]")
+                    text = text.replace("](SOURCES.md", "](recipes/SOURCES.md").replace(
+                        "[SOURCES.md]", "[recipes/SOURCES.md]"
+                    )
                 wrong = _unresolved(text)
                 if wrong:
                     found[str(path.relative_to(ROOT))] = wrong
@@ -42,7 +48,16 @@ def test_every_citation_in_the_repository_names_a_section_of_recipes_sources():
 def test_every_citation_in_the_rendered_scripts_resolves(tmp_path):
     for recipe in ("bridgetower", "volo", "vit-speedups"):
         for runtime in ("local", "slurm"):
-            result = run_inv("render", recipe, "--accelerator", "cuda", "--runtime", runtime, "--out", str(tmp_path / runtime))
+            result = run_inv(
+                "render",
+                recipe,
+                "--accelerator",
+                "cuda",
+                "--runtime",
+                runtime,
+                "--out",
+                str(tmp_path / runtime),
+            )
             assert result.returncode == 0, result.stderr
     scripts = [p for p in tmp_path.rglob("*") if p.name in ("run.sh", "sbatch.sh", "cell.json")]
     assert scripts

@@ -55,14 +55,22 @@ def test_resume_refuses_a_folder_that_is_not_a_session(tmp_path):
     (dataset / "train").mkdir(parents=True)
     result = run_inv("resume", str(dataset), "--out", str(tmp_path))
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1].startswith(f"reprokit: no session '{dataset}' with session.json")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"reprokit: no session '{dataset}' with session.json")
+    )
     assert not (dataset / "runs").exists() and list(dataset.iterdir()) == [dataset / "train"]
 
 
 def test_several_recipes_are_given_separated_by_commas():
     result = run_inv("reproduce", "bridgetower,volo", *CPU_DRY)
     assert result.returncode == 0, result.stderr
-    ids = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("# ") and "--" in line.split()[1]]
+    ids = [
+        line.split()[1]
+        for line in result.stdout.splitlines()
+        if line.startswith("# ") and "--" in line.split()[1]
+    ]
     assert {i.split("--")[0] for i in ids} == {"bridgetower", "volo"}
 
 

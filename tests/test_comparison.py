@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.plan import cells, recipes
-from reprokit.results import collect, records, verdicts
+from reprokit.results import collect, formats, records, verdicts
 from reprokit.results.records import SCHEMA_VERSION
 
 
@@ -27,7 +27,9 @@ def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world
 
 
 def _cuda_cell(variant: str, **args) -> cells.Cell:
-    cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cuda", "published", [variant], devices=1)[0]
+    cell = cells.expand(
+        recipes.load("bridgetower"), "bridgetower", "cuda", "published", [variant], devices=1
+    )[0]
     cell.args.update(args)
     return cell
 
@@ -43,23 +45,27 @@ def test_a_cuda_cell_is_judged_by_the_whole_run_figure_against_the_h100_and_a100
     # workers2 on one H100: published 602.1 on 8 (whole run, warm-up included) = 75.26 per device.
     cell = _cuda_cell("workers2")
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=74.0)))
-    assert row["device"] == "h100" and row["definition"] == "whole_run"
-    assert row["measured"] == 74.0 and row["reference_per_device"] == pytest.approx(602.1 / 8)
-    assert row["verdict"] == "reproduced" and row["ratio_per_device"] == pytest.approx(74.0 / (602.1 / 8))
+    assert row.device == "h100" and row.definition == "whole_run"
+    assert row.measured == 74.0 and row.reference_per_device == pytest.approx(602.1 / 8)
+    assert row.verdict == "reproduced" and row.ratio_per_device == pytest.approx(74.0 / (602.1 / 8))
     # The after-warm-up figure, 20% higher, is shown beside it but is not what is judged.
-    assert row["measured_after_warmup"] == 90.0 and row["measured_whole_run"] == 74.0
-    a100 = collect.row(_run_dir(tmp_path / "a", cell, "NVIDIA A100-SXM4-80GB", _measured(after=60.0, whole=43.0)))
-    assert (a100["device"], a100["reference_per_device"]) == ("a100-80gb", pytest.approx(345.4 / 8))
-    assert a100["verdict"] == "reproduced"
+    assert row.measured_after_warmup == 90.0 and row.measured_whole_run == 74.0
+    a100 = collect.row(
+        _run_dir(tmp_path / "a", cell, "NVIDIA A100-SXM4-80GB", _measured(after=60.0, whole=43.0))
+    )
+    assert (a100.device, a100.reference_per_device) == ("a100-80gb", pytest.approx(345.4 / 8))
+    assert a100.verdict == "reproduced"
 
 
 def test_gaudi2_figures_are_judged_by_gaudi_trainers_own_formula(tmp_path):
-    cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "gaudi2", "published", ["workers0"], devices=8)[0]
+    cell = cells.expand(
+        recipes.load("bridgetower"), "bridgetower", "gaudi2", "published", ["workers0"], devices=8
+    )[0]
     row = collect.row(
         _run_dir(tmp_path, cell, "GAUDI2", _measured(after=640.0, whole=450.0, gaudi=600.0), world=8)
     )
-    assert row["definition"] == "gaudi_trainer" and row["measured"] == 600.0
-    assert row["verdict"] == "reproduced" and row["normalization"] == "same device count (8)"
+    assert row.definition == "gaudi_trainer" and row.measured == 600.0
+    assert row.verdict == "reproduced" and row.normalization == "same device count (8)"
 
 
 def _departures(*found: tuple[str, str]) -> list[dict[str, str]]:
@@ -71,9 +77,9 @@ def test_a_published_scale_cell_on_synthetic_data_is_not_comparable(tmp_path):
     departures = _departures(("synthetic data", "throughput"), ("random weights", "quality"))
     summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "synthetic data")
-    assert row["quality_departures"] == "random weights"
-    assert row["ratio_per_device"] is None and row["measured"] == 74.0  # the number stays, unjudged
+    assert (row.verdict, row.verdict_reasons) == ("not comparable", "synthetic data")
+    assert row.quality_departures == "random weights"
+    assert row.ratio_per_device is None and row.measured == 74.0  # the number stays, unjudged
 
 
 def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it(tmp_path):
@@ -82,16 +88,16 @@ def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it
     departures = _departures(("random weights", "quality"), ("offline tokenizer", "quality"))
     summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert row["verdict"] in ("reproduced", "faster", "slower") and row["verdict_reasons"] is None
-    assert row["ratio_per_device"] is not None
-    assert verdicts.verdict_text(row) == f"{row['verdict']}; quality only: random weights; offline tokenizer"
+    assert row.verdict in ("reproduced", "faster", "slower") and row.verdict_reasons is None
+    assert row.ratio_per_device is not None
+    assert formats.verdict(row) == f"{row.verdict}; quality only: random weights; offline tokenizer"
 
 
 def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_path):
     cell = _cuda_cell("workers2")
     summary = {**_measured(after=90.0, whole=74.0), "departures": ["random weights"]}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert (row["verdict"], row["verdict_reasons"]) == ("not comparable", "random weights")
+    assert (row.verdict, row.verdict_reasons) == ("not comparable", "random weights")
 
 
 def test_a_summary_from_the_kits_first_version_is_not_judged(tmp_path):
@@ -102,8 +108,8 @@ def test_a_summary_from_the_kits_first_version_is_not_judged(tmp_path):
         json.dumps({"status": "ok", "samples_per_second": 90.0, "train_samples_per_second": 74.0})
     )
     row = collect.row(run_dir)
-    assert row["verdict"] == "not comparable" and row["measured"] is None
-    assert row["verdict_reasons"].startswith("written by a kit before summary schema 2")
+    assert row.verdict == "not comparable" and row.measured is None
+    assert row.verdict_reasons.startswith("written by a kit before summary schema 2")
 
 
 def test_a_mediapipe_variant_whose_loader_fell_back_is_not_comparable(tmp_path):
@@ -112,45 +118,51 @@ def test_a_mediapipe_variant_whose_loader_fell_back_is_not_comparable(tmp_path):
     )[0]
     summary = {**_measured(after=900.0, whole=700.0, gaudi=850.0), "mediapipe": False}
     row = collect.row(_run_dir(tmp_path, cell, "GAUDI2", summary, world=8))
-    assert row["verdict"] == "not comparable"
-    assert row["verdict_reasons"] == "mediapipe not in effect (asked True, ran False)"
+    assert row.verdict == "not comparable"
+    assert row.verdict_reasons == "mediapipe not in effect (asked True, ran False)"
 
 
 def test_a_shortened_run_is_not_judged_by_a_whole_run_figure(tmp_path):
     cell = _cuda_cell("workers2", max_steps=40)
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=60.0)))
-    assert row["verdict"] == "not comparable"
-    assert "shortened run (max_steps 40)" in row["verdict_reasons"]
+    assert row.verdict == "not comparable"
+    assert "shortened run (max_steps 40)" in row.verdict_reasons
 
 
 def test_a_run_that_did_not_record_the_references_definition_is_not_judged(tmp_path):
     cell = _cuda_cell("workers2")
     summary = {"throughput": {"after_warmup": {"value": 90.0}}, "samples_per_second": 90.0}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert row["verdict"] == "not comparable" and row["verdict_reasons"] == "the run recorded no whole_run figure"
+    assert row.verdict == "not comparable" and row.verdict_reasons == "the run recorded no whole_run figure"
 
 
 def test_speedups_are_over_the_baseline_of_the_same_group(tmp_path):
     recipe = recipes.load("bridgetower")
     found = {c.variant: c for c in cells.expand(recipe, "bridgetower", "gaudi2", "published", devices=8)}
-    rates = {"workers0": 600.0, "workers1": 750.0, "workers0-v1": 530.0, "fastddp-workers1-mediapipe-v1": 800.0}
+    rates = {
+        "workers0": 600.0,
+        "workers1": 750.0,
+        "workers0-v1": 530.0,
+        "fastddp-workers1-mediapipe-v1": 800.0,
+    }
     for variant, rate in rates.items():
         _run_dir(tmp_path, found[variant], "GAUDI2", _measured(after=rate, whole=rate, gaudi=rate), world=8)
     (tmp_path / "session" / "session.json").write_text("{}")
-    rows = {r["variant"]: r for r in collect.rows(tmp_path / "session")}
-    assert rows["workers1"]["measured_speedup"] == pytest.approx(750 / 600)
-    assert rows["workers1"]["published_speedup"] == pytest.approx(747.4 / 601.5)
+    rows = {r.variant: r for r in collect.rows(tmp_path / "session")}
+    assert rows["workers1"].measured_speedup == pytest.approx(750 / 600)
+    assert rows["workers1"].published_speedup == pytest.approx(747.4 / 601.5)
     # The first version's mediapipe rung: 1.51x over the first version's own baseline, not the second's.
     v1 = rows["fastddp-workers1-mediapipe-v1"]
-    assert v1["measured_speedup"] == pytest.approx(800 / 530) and v1["published_speedup"] == 1.51
-    assert v1["speedup_verdict"] == "reproduced"
+    assert v1.measured_speedup == pytest.approx(800 / 530) and v1.published_speedup == 1.51
+    assert v1.speedup_verdict == "reproduced"
 
 
 def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
     from reprokit.results import verdicts
 
     (cell,) = [
-        c for c in cells.expand(recipes.load("vit-speedups"), "vit-speedups", "cuda", "published", devices=8)
+        c
+        for c in cells.expand(recipes.load("vit-speedups"), "vit-speedups", "cuda", "published", devices=8)
         if c.args.get("compile")
     ][:1]
     summary = {**_measured(after=3000.0, whole=2500.0), "torch_compile": False}
@@ -165,10 +177,14 @@ def _with_software(tmp_path: Path, kernels: dict, variants_beyond: bool = False)
     """The bridgetower recipe with a published_software block (and a variant beyond workers2)."""
     import yaml
 
-    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load(
+        (Path(__file__).resolve().parent.parent / "recipes" / "bridgetower.yaml").read_text()
+    )
     data["published_software"] = {"source": "test", "stack": {"torch": "2.0"}, "kernels": kernels}
     if variants_beyond:
-        data["variants"].append({"name": "workers2-fused", "args": {"dataloader_num_workers": 2}, "beyond": "workers2"})
+        data["variants"].append(
+            {"name": "workers2-fused", "args": {"dataloader_num_workers": 2}, "beyond": "workers2"}
+        )
     path = tmp_path / "bt-software.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -183,15 +199,21 @@ def test_a_published_cell_that_ran_other_kernels_than_its_publication_is_not_com
     assert cell.software == {"optimizer": "adamw-per-tensor", "tf32": "off"}
     summary = {**_measured(after=90.0, whole=74.0), "software": {"optimizer": "adamw-foreach"}}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert row["verdict"] == "not comparable"
-    assert row["verdict_reasons"] == "optimizer: adamw-foreach, published: adamw-per-tensor; tf32: not recorded, published: off"
+    assert row.verdict == "not comparable"
+    assert (
+        row.verdict_reasons
+        == "optimizer: adamw-foreach, published: adamw-per-tensor; tf32: not recorded, published: off"
+    )
 
 
 def test_a_published_cell_that_ran_its_publications_kernels_is_judged(tmp_path):
     cell = _cell_of(_with_software(tmp_path, {"optimizer": "adamw-per-tensor"}), "workers2")
-    summary = {**_measured(after=90.0, whole=74.0), "software": {"optimizer": "adamw-per-tensor", "tf32": "on"}}
+    summary = {
+        **_measured(after=90.0, whole=74.0),
+        "software": {"optimizer": "adamw-per-tensor", "tf32": "on"},
+    }
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
-    assert row["verdict"] in ("reproduced", "faster", "slower") and row["software"]["tf32"] == "on"
+    assert row.verdict in ("reproduced", "faster", "slower") and row.software["tf32"] == "on"
 
 
 def test_a_publication_that_ran_other_kernels_on_gaudi_holds_each_accelerators_cells_to_its_own(tmp_path):
@@ -202,7 +224,10 @@ def test_a_publication_that_ran_other_kernels_on_gaudi_holds_each_accelerators_c
     data["published_software"]["accelerators"] = {"gaudi2": {"optimizer": "fusedadamw-fused (habana)"}}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     recipe = recipes.load(str(path))
-    on = {a: cells.expand(recipe, str(path), a, "published", ["workers2"], devices=1)[0].software for a in ("cuda", "gaudi2")}
+    on = {
+        a: cells.expand(recipe, str(path), a, "published", ["workers2"], devices=1)[0].software
+        for a in ("cuda", "gaudi2")
+    }
     assert on["cuda"] == {"optimizer": "adamw-per-tensor (transformers)", "attention": "math"}
     assert on["gaudi2"] == {"optimizer": "fusedadamw-fused (habana)", "attention": "math"}
 
@@ -212,19 +237,32 @@ def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_publis
     published = _cell_of(path, "workers2")
     beyond = _cell_of(path, "workers2-fused")
     assert beyond.software == {} and beyond.beyond == "workers2" and beyond.references == []
-    _run_dir(tmp_path, published, "NVIDIA H100 80GB HBM3", {**_measured(after=90.0, whole=80.0), "software": {"optimizer": "adamw-per-tensor"}})
-    _run_dir(tmp_path, beyond, "NVIDIA H100 80GB HBM3", {**_measured(after=120.0, whole=100.0), "software": {"optimizer": "adamw-fused"}})
-    rows = {r["variant"]: r for r in collect.rows(tmp_path / "session")}
-    assert rows["workers2-fused"]["verdict"] == verdicts.BEYOND
+    _run_dir(
+        tmp_path,
+        published,
+        "NVIDIA H100 80GB HBM3",
+        {**_measured(after=90.0, whole=80.0), "software": {"optimizer": "adamw-per-tensor"}},
+    )
+    _run_dir(
+        tmp_path,
+        beyond,
+        "NVIDIA H100 80GB HBM3",
+        {**_measured(after=120.0, whole=100.0), "software": {"optimizer": "adamw-fused"}},
+    )
+    rows = {r.variant: r for r in collect.rows(tmp_path / "session")}
+    assert rows["workers2-fused"].verdict == verdicts.BEYOND
     # Under the published variant's definition (H100: the whole-run figure), per device.
-    assert rows["workers2-fused"]["measured_speedup"] == pytest.approx(100.0 / 80.0)
-    assert rows["workers2-fused"]["ratio_per_device"] is None
+    assert rows["workers2-fused"].measured_speedup == pytest.approx(100.0 / 80.0)
+    assert rows["workers2-fused"].ratio_per_device is None
 
 
 @pytest.mark.parametrize(
     "change, expected",
     [
-        ({"published_software": {"source": "x", "kernels": {"attn": "math"}}}, "unknown software key(s) attn"),
+        (
+            {"published_software": {"source": "x", "kernels": {"attn": "math"}}},
+            "unknown software key(s) attn",
+        ),
         ({"variants": [{"name": "a", "beyond": "b"}]}, "beyond names 'b', which is not a published variant"),
         (
             {"published_software": {"source": "x", "accelerators": {"gaudi2": {"optim": "fused"}}}},
@@ -263,4 +301,4 @@ def test_a_recipe_without_a_published_stack_adds_nothing_to_the_report(tmp_path,
 
     cell = _cell_of(recipe_file(drop=("published_software",)), "workers2")
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(90.0, 74.0)))
-    assert row["published_stack"] == {} and stacks.blocks([row]) == []
+    assert row.published_stack == {} and stacks.blocks([row]) == []

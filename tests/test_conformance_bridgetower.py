@@ -44,7 +44,9 @@ def check_images(transform) -> list[torch.Tensor]:
         assert list(pixels.shape) == golden["shape"] and str(pixels.dtype) == golden["dtype"]
         assert pixels.double().sum().item() == pytest.approx(golden["sum"], rel=1e-6, abs=1e-3)
         assert pixels.double().square().sum().item() == pytest.approx(golden["sum_of_squares"], rel=1e-6)
-        torch.testing.assert_close(pixels[:, ::step, ::step].flatten(), torch.tensor(golden["grid"]), rtol=0, atol=2e-6)
+        torch.testing.assert_close(
+            pixels[:, ::step, ::step].flatten(), torch.tensor(golden["grid"]), rtol=0, atol=2e-6
+        )
         out.append(pixels)
     return out
 
@@ -55,7 +57,9 @@ def test_the_published_image_path_is_v1_7_0s_on_an_rgb_and_a_grey_jpeg():
 
 def test_the_collated_batch_is_v1_7_0s():
     pixels = check_images(fastimage.published_transform(CONFIG["image_size"], CONFIG["mean"], CONFIG["std"]))
-    examples = [{"pixel_values": p, "input_ids": [0, 5, 7, 2], "attention_mask": [1, 1, 1, 1]} for p in pixels]
+    examples = [
+        {"pixel_values": p, "input_ids": [0, 5, 7, 2], "attention_mask": [1, 1, 1, 1]} for p in pixels
+    ]
     batch = run_bridgetower.collate_fn(examples)
     assert set(batch) == set(GOLDEN["collate"])
     for key, golden in GOLDEN["collate"].items():
@@ -105,7 +109,10 @@ def recipe_optim(accelerator: str) -> str | None:
 def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     golden = GOLDEN["optimizer"]
     assert f"{type(optimizer).__module__}.{type(optimizer).__name__}" == golden["class"]
-    groups = [{"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]} for g in optimizer.param_groups]
+    groups = [
+        {"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]}
+        for g in optimizer.param_groups
+    ]
     assert groups == golden["param_groups"]
     assert software.optimizer(optimizer) == "adamw-per-tensor (transformers)"
 

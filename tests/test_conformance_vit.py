@@ -50,7 +50,9 @@ def check_model(layout: str, classifier: str, label_smoothing: float = 0.1) -> N
     golden = GOLDEN["layouts"][layout]["models"][classifier]
     model = kit_model(layout, classifier)
     logits = model(images(CONFIG["im_size"]))
-    torch.testing.assert_close(logits.detach().flatten(), torch.tensor(golden["logits"]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        logits.detach().flatten(), torch.tensor(golden["logits"]), rtol=1e-5, atol=1e-6
+    )
     loss = run_vit.pycls_loss(logits, torch.tensor(CONFIG["labels"]), label_smoothing)
     assert loss.item() == pytest.approx(golden["loss"], rel=1e-5)
     loss.backward()
@@ -59,7 +61,13 @@ def check_model(layout: str, classifier: str, label_smoothing: float = 0.1) -> N
     for name, param in named.items():
         assert param.grad.norm().item() == pytest.approx(golden["grad_norm"][name], rel=1e-4, abs=1e-7), name
     groups = run_vit.param_groups(model, CONFIG["optim"]["WEIGHT_DECAY"])
-    decay = {canonical(n): g["weight_decay"] for g in groups for n, p in model.named_parameters() for q in g["params"] if p is q}
+    decay = {
+        canonical(n): g["weight_decay"]
+        for g in groups
+        for n, p in model.named_parameters()
+        for q in g["params"]
+        if p is q
+    }
     assert decay == golden["weight_decay"]
     args = run_vit.TrainArguments(output_dir="unused", optimizer_impl="foreach")
     optimizer = run_vit.build_optimizer(model, args, run_vit.precision("no"))

@@ -19,7 +19,10 @@ CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke")
     ("layout", "expected"),
     [
         ("missing", "--data imagenet={root}: no such folder"),
-        ("no-train", "--data imagenet={root}: expected ImageNet's layout <root>/train/<class>/<image>.JPEG; {root}/train is not there"),
+        (
+            "no-train",
+            "--data imagenet={root}: expected ImageNet's layout <root>/train/<class>/<image>.JPEG; {root}/train is not there",
+        ),
         ("no-images", "--data imagenet={root}: no images under {root}/train/<class>/"),
     ],
 )
@@ -54,7 +57,9 @@ def _run_with_data(tmp_path, *runtime: str, env: dict | None = None):
     root = tiny_imagenet(tmp_path / "imagenet")
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True}], data_keys=IMAGENET_KEY)
     out = tmp_path / "out"
-    result = run_inv("run", str(recipe), *CPU_SMOKE, *runtime, "--data", f"imagenet={root}", "--out", str(out), env=env)
+    result = run_inv(
+        "run", str(recipe), *CPU_SMOKE, *runtime, "--data", f"imagenet={root}", "--out", str(out), env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (session,) = out.iterdir()
     return root, session, session / "runs" / "fake--v"
@@ -67,14 +72,19 @@ def test_data_reaches_the_trainer_under_the_local_runtime_and_is_recorded(tmp_pa
     assert json.loads((run_dir / "cell.json").read_text())["data"] == {"imagenet": str(root)}
     assert json.loads((session / "session.json").read_text())["request"]["data"] == {"imagenet": str(root)}
     (row,) = collect.rows(session)
-    assert row["data"] == f"imagenet={root}"
+    assert row.data == f"imagenet={root}"
 
 
 def test_a_given_dataset_cache_replaces_the_smoke_scales_synthetic_data_and_random_weights(tmp_path):
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     (cell,) = cells.expand(
-        recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"], data={"dataset_cache": str(cache)}
+        recipes.load("bridgetower"),
+        "bridgetower",
+        "cpu",
+        "smoke",
+        ["workers0"],
+        data={"dataset_cache": str(cache)},
     )
     assert cell.args["cache_dir"] == str(cache)
     assert "synthetic_data" not in cell.args and "random_init" not in cell.args

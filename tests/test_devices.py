@@ -55,9 +55,13 @@ def test_gpus_are_listed_with_their_model(path_with):
 
 def test_a_published_cell_without_nvidia_smi_is_refused_not_run_on_one_device(path_with):
     env = path_with(None)
-    with pytest.raises(ReprokitError, match=r"^cannot count this machine's cuda devices: nvidia-smi is not on PATH"):
+    with pytest.raises(
+        ReprokitError, match=r"^cannot count this machine's cuda devices: nvidia-smi is not on PATH"
+    ):
         fitted_devices("cuda", "published", None)
-    result = run_inv("reproduce", "bridgetower", "--accelerator", "cuda", "--runtime", "local", "--dry-run", env=env)
+    result = run_inv(
+        "reproduce", "bridgetower", "--accelerator", "cuda", "--runtime", "local", "--dry-run", env=env
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "reprokit: cannot count this machine's cuda devices: nvidia-smi is not on PATH (the driver's tools); "
@@ -71,7 +75,9 @@ def test_a_failing_or_empty_listing_is_refused(path_with, tmp_path):
     path_with("")
     with pytest.raises(ReprokitError, match="`nvidia-smi -L` lists none"):
         fitted_devices("cuda", "published", None)
-    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed: driver not loaded' >&2\nexit 9\n")
+    (tmp_path / "bin" / "nvidia-smi").write_text(
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed: driver not loaded' >&2\nexit 9\n"
+    )
     with pytest.raises(ReprokitError, match="exited 9: NVIDIA-SMI has failed: driver not loaded"):
         fitted_devices("cuda", "published", None)
 
@@ -80,15 +86,23 @@ def test_mig_devices_are_seen_and_a_cell_needing_whole_devices_is_refused(path_w
     env = path_with(MIG_LISTING)
     here = accelerators.devices_here("cuda")
     assert (here.count, here.partitions) == (2, 3)
-    with pytest.raises(ReprokitError, match=r"GPUs are in MIG mode \(2 x NVIDIA H100 80GB HBM3, in MIG mode: 3 MIG device\(s\)\)"):
+    with pytest.raises(
+        ReprokitError,
+        match=r"GPUs are in MIG mode \(2 x NVIDIA H100 80GB HBM3, in MIG mode: 3 MIG device\(s\)\)",
+    ):
         fitted_devices("cuda", "published", None)
     with pytest.raises(ReprokitError, match="NCCL cannot join MIG devices, so 2 rank"):
         fitted_devices("cuda", "published", 2)
     # One rank on one MIG device, asked for by the user, runs.
     assert fitted_devices("cuda", "published", 1) == 1
-    result = run_inv("reproduce", "bridgetower", "--accelerator", "cuda", "--runtime", "local", "--dry-run", env=env)
+    result = run_inv(
+        "reproduce", "bridgetower", "--accelerator", "cuda", "--runtime", "local", "--dry-run", env=env
+    )
     assert result.returncode == 2
-    assert "turn MIG off (nvidia-smi -mig 0, as root), or run one rank on one MIG device with --devices 1" in result.stderr
+    assert (
+        "turn MIG off (nvidia-smi -mig 0, as root), or run one rank on one MIG device with --devices 1"
+        in result.stderr
+    )
 
 
 def test_more_devices_than_the_machine_has_are_refused(path_with):

@@ -173,14 +173,23 @@ def test_the_hub_cache_is_mounted_read_only_when_the_user_has_one(tmp_path, monk
     assert spec.environment["HF_HUB_CACHE"] == "/reprokit/hf-home/hub"
 
 
-def test_given_data_is_mounted_read_only_and_the_trainer_gets_a_scratch_folder_it_may_write(tmp_path, monkeypatch):
+def test_given_data_is_mounted_read_only_and_the_trainer_gets_a_scratch_folder_it_may_write(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hub-cache"))
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     (cell,) = cells.expand(
-        recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers0"], data={"dataset_cache": str(cache)}
+        recipes.load("bridgetower"),
+        "bridgetower",
+        "cpu",
+        "smoke",
+        ["workers0"],
+        data={"dataset_cache": str(cache)},
     )
-    spec = docker_platform.container_spec(cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img")
+    spec = docker_platform.container_spec(
+        cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "img"
+    )
     assert spec.volumes[str(cache)] == {"bind": str(cache), "mode": "ro"}
     assert spec.environment["REPROKIT_SCRATCH"] == "/tmp/reprokit-scratch"
     assert "  -e REPROKIT_SCRATCH=/tmp/reprokit-scratch \\" in spec.command_line()
@@ -291,7 +300,9 @@ def test_the_image_is_tagged_by_its_build_context_and_labelled_with_its_provenan
     assert labels["io.reprokit.context-hash"] == cpu_image["tag"].rsplit("-", 1)[1]
     if "up to date" not in cpu_image["output"]:
         # A cache hit keeps the labels of the build that made it (the recipes are not in the image).
-        assert json.loads(labels["io.reprokit.plan.recipes"])["bridgetower"] == recipes.recipe_hash("bridgetower")
+        assert json.loads(labels["io.reprokit.plan.recipes"])["bridgetower"] == recipes.recipe_hash(
+            "bridgetower"
+        )
 
 
 @pytest.mark.docker
@@ -566,7 +577,11 @@ def test_a_read_only_dataset_cache_is_trained_on_as_given_in_the_image(engine, c
     assert result.returncode == 0, result.stderr[-3000:]
     (session,) = (tmp_path / "out").iterdir()
     summary = json.loads((session / "runs" / "bridgetower--workers0" / "summary.json").read_text())
-    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == ("hub", "hub", "hub")
+    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == (
+        "hub",
+        "hub",
+        "hub",
+    )
     assert summary["departures"] == []
     assert summary["cache_read_through"].startswith("/tmp/reprokit-scratch/")
     assert sorted(str(p) for p in cache.rglob("*")) == before
@@ -580,7 +595,17 @@ def test_the_preflight_reads_a_base_back_and_holds_it_to_bases_yaml(engine):
 
     output = engine.containers.run(BASE_IMAGE, ["sh", "-c", baseimage.script("python3")], remove=True)
     facts = baseimage.parse(output.decode())
-    assert facts.os.startswith("Debian GNU/Linux 12") and facts.glibc == "2.36" and facts.python.startswith("3.11.")
+    assert (
+        facts.os.startswith("Debian GNU/Linux 12")
+        and facts.glibc == "2.36"
+        and facts.python.startswith("3.11.")
+    )
     compared = baseimage.compare(accelerators.bases()["python-3.11-slim-bookworm"], facts)
     assert compared.wrong == []
-    assert {"os Debian 12 (bookworm)", "glibc 2.36", "python 3.11", "compiler absent", "numactl absent"} <= set(compared.confirmed)
+    assert {
+        "os Debian 12 (bookworm)",
+        "glibc 2.36",
+        "python 3.11",
+        "compiler absent",
+        "numactl absent",
+    } <= set(compared.confirmed)

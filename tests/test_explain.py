@@ -11,22 +11,23 @@ import json
 import pytest
 
 from reprokit.results import explain, verdicts
+from reprokit.results.row import Row
 from tests.conftest import run_inv
 from tests.fakes import fake_env, fake_recipe
 
 CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local")
 
 
-def row(variant: str, data_wait: float | None, compute: float, other: float, **extra) -> dict:
-    return {
-        "variant": variant,
-        "group": "main",
-        "data_wait_share": data_wait,
-        "compute_share": compute,
-        "communication_share": None,
-        "other_share": other,
+def row(variant: str, data_wait: float | None, compute: float, other: float, **extra) -> Row:
+    return Row(
+        variant=variant,
+        group="main",
+        data_wait_share=data_wait,
+        compute_share=compute,
+        communication_share=None,
+        other_share=other,
         **extra,
-    }
+    )
 
 
 def test_the_story_across_cells_reads_their_data_wait():
@@ -60,7 +61,7 @@ def test_a_share_the_trainer_could_not_time_is_left_out_not_shown_as_zero():
     untimed = row("alone", None, 0.9, 0.1)
     assert "waiting for data" not in explain.cell_sentence(untimed, [untimed])
     assert explain.shares(untimed) == {"compute": 0.9, "other": 0.1}
-    assert explain.cell_sentence({"variant": "old"}, []) is None  # a run from before the breakdown
+    assert explain.cell_sentence(Row(variant="old"), []) is None  # a run from before the breakdown
 
 
 @pytest.fixture
@@ -175,12 +176,8 @@ def test_resuming_with_profile_a_session_that_traced_nothing_is_refused_in_one_l
         "scale": "smoke",
         "runtime": "local",
     }
-    assert session._conflicts(stored, Request(profile=True)) == [
-        "--profile (the session traced nothing)"
-    ]
+    assert session._conflicts(stored, Request(profile=True)) == ["--profile (the session traced nothing)"]
     assert (
-        session._conflicts(
-            {**stored, "request": {"recipes": [], "profile": True}}, Request(profile=True)
-        )
+        session._conflicts({**stored, "request": {"recipes": [], "profile": True}}, Request(profile=True))
         == []
     )

@@ -131,7 +131,10 @@ def test_a_trainer_killed_by_a_signal_is_recorded_with_the_signal_not_its_last_l
 def test_a_full_disk_ends_the_cell_in_one_line_stops_the_session_and_leaves_no_temporary_file(tmp_path):
     recipe = fake_recipe(
         tmp_path / "r.yaml",
-        [{"name": "fill", "baseline": True, "args": {"fake_fill": True}}, {"name": "after", "args": {"fake_rate": 5}}],
+        [
+            {"name": "fill", "baseline": True, "args": {"fake_fill": True}},
+            {"name": "after", "args": {"fake_rate": 5}},
+        ],
     )
     out = tmp_path / "disk"
     out.mkdir()
@@ -149,13 +152,18 @@ def test_a_full_disk_ends_the_cell_in_one_line_stops_the_session_and_leaves_no_t
     assert "temporary " not in done.stdout
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("reprokit: stopped at fake--fill: the kit could not write ")
-    assert "/runs/fake--fill/summary.json: No space left on device (ENOSPC); 2 of 2 cells did not complete" in last
+    assert (
+        "/runs/fake--fill/summary.json: No space left on device (ENOSPC); 2 of 2 cells did not complete"
+        in last
+    )
     assert "finish the session with: inv resume " in last
     assert "results not written: " in done.stderr and "ENOSPC" in done.stderr
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.ENOSPC], ids=["EROFS", "EACCES", "ENOSPC"])
-def test_storage_that_refuses_a_write_ends_the_cell_as_failed_and_stops_the_session(tmp_path, monkeypatch, code):
+def test_storage_that_refuses_a_write_ends_the_cell_as_failed_and_stops_the_session(
+    tmp_path, monkeypatch, code
+):
     monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
     recipe = str(fake_recipe(tmp_path / "r.yaml", [{"name": n, "args": {"fake_rate": 5}} for n in "abc"]))
     request = Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="local")
@@ -185,7 +193,9 @@ def test_a_second_session_on_the_machine_waits_for_the_first(tmp_path):
     second = fake_recipe(tmp_path / "b.yaml", [{"name": "second", "args": {"fake_rate": 5}}])
     with _kit(first, tmp_path / "a", locks) as kit:
         _trainer_pid(tmp_path / "a", "fake--first")
-        waited = run_inv("reproduce", str(second), *CPU, "--out", str(tmp_path / "b"), env={**fake_env(), **locks})
+        waited = run_inv(
+            "reproduce", str(second), *CPU, "--out", str(tmp_path / "b"), env={**fake_env(), **locks}
+        )
         assert kit.wait(60) == 0
     assert waited.returncode == 0, waited.stderr
     assert "waiting for this machine: session " in waited.stderr

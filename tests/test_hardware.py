@@ -408,7 +408,9 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
     assert summary["peak_memory_device_of"] == devicememory.PROCESS
 
     hidden = devicememory.DeviceMemory(nvml, H100, pid=7)
-    nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [types.SimpleNamespace(pid=4242, usedGpuMemory=1)]
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
+        types.SimpleNamespace(pid=4242, usedGpuMemory=1)
+    ]
     nvml.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(total=80 * 2**30, used=12 * 2**30)
     hidden.sample()
     assert hidden.fields() == {

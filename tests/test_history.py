@@ -119,7 +119,9 @@ def test_single_runs_say_their_spread_is_unknown_and_gate_only_with_a_noise_band
     lines = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if "│ fake--" in line}
     assert "regressed (one run on a side: its spread is unknown)" in lines["fake--fast"]
     assert "same (within ±5%; one run on a side: its spread is unknown)" in lines["fake--base"]
-    gated = run_inv("compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10")
+    gated = run_inv(
+        "compare", "-a", first, "-b", second, "--results", str(results), "--fail-on-regression", "10"
+    )
     assert gated.returncode == 2
     assert gated.stderr.strip().splitlines()[-1] == (
         "reprokit: --fail-on-regression on single runs needs --noise PCT (the run-to-run spread you accept on "
@@ -222,11 +224,12 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     from matplotlib.dates import ConciseDateFormatter
 
     from reprokit.results import history
+    from reprokit.results.row import Row
 
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     table = [
-        {"cell_id": "c", "session": f"s{i:02d}", "session_started": start + timedelta(hours=i), "unit": "img/s",
-         "device_name": "H100", "host": "a" if i % 2 else "b", "measured_per_device": 100.0 + i, "spread": None}
+        history.Entry(f"s{i:02d}", start + timedelta(hours=i), None, "a" if i % 2 else "b",
+                      Row(cell_id="c", unit="img/s", device_name="H100", measured_per_device=100.0 + i))
         for i in range(1, 9)
     ]  # fmt: skip
     fig, unnamed = history.figure("c", table)
@@ -291,7 +294,9 @@ def test_one_bad_session_is_skipped_with_its_reason_and_every_other_one_still_re
     assert run_inv("compare", "-a", "listy", "-b", "binary", "--results", str(team)).returncode == 0
     refused = run_inv("compare", "-a", "good", "-b", "trunc", "--results", str(team))
     assert refused.returncode == 2
-    assert refused.stderr.strip() == "reprokit: session trunc cannot be read: results.jsonl truncated at line 2"
+    assert (
+        refused.stderr.strip() == "reprokit: session trunc cannot be read: results.jsonl truncated at line 2"
+    )
     # A session.json that is not an object (or not UTF-8) does not stop its report.
     for name in ("listy", "binary"):
         reported = run_inv("report", name, "--results", str(team))
@@ -345,10 +350,19 @@ def test_an_interrupted_mlflow_export_is_finished_by_the_next_one(two_sessions, 
     assert sorted(r.data.tags["reprokit.cell"] for r in runs) == sorted([first, "fake--base", "fake--fast"])
     assert {r.info.status for r in runs} == {"FINISHED"}
     base = next(r for r in runs if r.data.tags["reprokit.cell"] == "fake--base")
-    assert [m.step for m in client.get_metric_history(base.info.run_id, "samples_per_second")] == [1, 2, 3, 4, 5, 6]
+    assert [m.step for m in client.get_metric_history(base.info.run_id, "samples_per_second")] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
 
 
-def test_a_sqlite_tracking_uri_keeps_its_artifacts_beside_it_not_where_the_command_ran(two_sessions, tmp_path):
+def test_a_sqlite_tracking_uri_keeps_its_artifacts_beside_it_not_where_the_command_ran(
+    two_sessions, tmp_path
+):
     pytest.importorskip("mlflow")
     results, first, _ = two_sessions
     store, elsewhere = tmp_path / "team-store", tmp_path / "elsewhere"

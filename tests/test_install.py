@@ -65,15 +65,30 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_p
     version = _run(installed, elsewhere, str(installed / "python"), "-m", "reprokit", "--version")
     assert version.returncode == 0 and version.stdout.strip() == "reprokit 0.1.0", version.stderr
     listed = _run(installed, elsewhere, "reprokit", "--list")
-    for name in ("recipes", "show", "render", "build", "wheelhouse", "export", "run", "reproduce", "collect", "report"):
+    for name in (
+        "recipes",
+        "show",
+        "render",
+        "build",
+        "wheelhouse",
+        "export",
+        "run",
+        "reproduce",
+        "collect",
+        "report",
+    ):
         assert f"  {name} " in listed.stdout, listed.stdout
     found = _run(installed, elsewhere, "reprokit", "recipes")
     assert found.returncode == 0, found.stderr
-    assert {"bridgetower", "volo", "vit-speedups"} <= {line.split()[0] for line in found.stdout.splitlines() if not line.startswith(" ")}
+    assert {"bridgetower", "volo", "vit-speedups"} <= {
+        line.split()[0] for line in found.stdout.splitlines() if not line.startswith(" ")
+    }
     shown = _run(installed, elsewhere, "reprokit", "show", "bridgetower", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["cells"][0]["trainer"] == "bridgetower"
-    dry = _run(installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu")
+    dry = _run(
+        installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu"
+    )
     assert dry.returncode == 0, dry.stderr
     assert "-m reprokit_trainers.bridgetower" in dry.stdout
     rendered = _run(installed, elsewhere, "reprokit", "render", "volo", "--accelerator", "cuda")
@@ -88,7 +103,10 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_p
              "--variant", "workers0", "--out", str(elsewhere / "results"))  # fmt: skip
     refused = _run(installed, elsewhere, *smoke)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert "install the kit with its train extra (pip install 'reprokit[train]')" in refused.stderr.splitlines()[-1]
+    assert (
+        "install the kit with its train extra (pip install 'reprokit[train]')"
+        in refused.stderr.splitlines()[-1]
+    )
     assert not list((elsewhere / "results").glob("*/runs/*/stdout.log"))
 
 
@@ -97,7 +115,9 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_smoke_cell(installed, tmp
     # The train extra's packages: this checkout's venv's (the same pins), seen through a .pth file, so
     # that the kit itself is the wheel's and the trainers are the ones it installed.
     site = next((installed.parent / "lib").glob("python3*/site-packages"))
-    (site / "zz-train-extra.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))
+    (site / "zz-train-extra.pth").write_text(
+        "".join(f"{p}\n" for p in sys.path if p.endswith("site-packages"))
+    )
     try:
         done = _run(installed, tmp_path, "reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke",
                     "--runtime", "local", "--variant", "workers0", "--out", str(tmp_path / "results"))  # fmt: skip

@@ -45,12 +45,16 @@ def test_a_container_platform_plug_in_is_one_file_and_one_registry_line(tmp_path
     monkeypatch.setitem(containers.REGISTRY.targets, "scrubbed", "tests.plugins.scrubbed_container:Scrubbed")
     monkeypatch.setenv("HF_TOKEN", "secret-to-scrub")
     recipe = str(fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True, "args": {}}]))
-    the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="local", container="scrubbed"))
+    the_plan = plan(
+        Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="local", container="scrubbed")
+    )
     folder = session.new_dir(str(tmp_path / "results"))
     (outcome,) = supervise.run_cells(the_plan, folder, report_line=lambda c, o: None)
     assert outcome["status"] == "ok"
     # The same platform inside a Slurm job: its prefix on srun's command line.
-    slurm_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="slurm", container="scrubbed"))
+    slurm_plan = plan(
+        Request(recipes=[recipe], accelerator="cpu", scale="smoke", runtime="slurm", container="scrubbed")
+    )
     runtime = runtime_for(slurm_plan, {"scrub": ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY")})
     text = runtime.dry_run(slurm_plan.cells[0], tmp_path / "s" / "runs" / "fake--v", accelerators.get("cpu"))
     assert 'env --unset=HF_TOKEN --unset=AWS_SECRET_ACCESS_KEY bash "$RUN_DIR/run.sh"' in text

@@ -37,7 +37,10 @@ def fake_nvidia_smi(tmp_path: Path, listing: str | None) -> dict[str, str]:
 
 
 def can_unshare() -> bool:
-    return bool(shutil.which("unshare")) and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    return (
+        bool(shutil.which("unshare"))
+        and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    )
 
 
 # ---- on this machine: the cpu profile, a few real steps, exit 0 --------------------------------------
@@ -71,7 +74,9 @@ def test_on_a_cpu_machine_the_smoke_cells_would_run_and_the_table_says_so(tmp_pa
 
 def test_no_nvidia_smi_is_a_refusal_not_one_device(tmp_path):
     env = fake_nvidia_smi(tmp_path, None)
-    result = run_inv("preflight", "bridgetower", "--accelerator", "cuda", "--no-steps", "--out", str(tmp_path), env=env)
+    result = run_inv(
+        "preflight", "bridgetower", "--accelerator", "cuda", "--no-steps", "--out", str(tmp_path), env=env
+    )
     assert result.returncode == 1, result.stderr
     assert last_line(result).startswith("reprokit: ")
     assert "devices: cannot count this machine's cuda devices: nvidia-smi is not on PATH" in last_line(result)
@@ -83,7 +88,9 @@ def test_a_mig_listing_is_refused_for_cells_needing_whole_devices(tmp_path):
     result = run_inv("preflight", "bridgetower", "--accelerator", "cuda", "--no-steps",
                      "--out", str(tmp_path), env=fake_nvidia_smi(tmp_path, listing))  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert "GPUs are in MIG mode (1 x NVIDIA A100-SXM4-80GB, in MIG mode: 2 MIG device(s))" in last_line(result)
+    assert "GPUs are in MIG mode (1 x NVIDIA A100-SXM4-80GB, in MIG mode: 2 MIG device(s))" in last_line(
+        result
+    )
 
 
 def test_a_bad_jpeg_in_the_given_imagenet_is_named(tmp_path):
@@ -93,7 +100,9 @@ def test_a_bad_jpeg_in_the_given_imagenet_is_named(tmp_path):
     result = run_inv("preflight", "volo", *CPU, "--no-steps", "--data", f"imagenet={root}",
                      "--out", str(tmp_path / "out"))  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert f"data: --data imagenet: bad image {bad}: Truncated File Read; remove or replace it" in last_line(result)
+    assert f"data: --data imagenet: bad image {bad}: Truncated File Read; remove or replace it" in last_line(
+        result
+    )
 
 
 def test_a_full_disk_is_refused_before_anything_runs(tmp_path, monkeypatch):
@@ -103,7 +112,9 @@ def test_a_full_disk_is_refused_before_anything_runs(tmp_path, monkeypatch):
     request = Request(recipes=["volo"], accelerator="cpu", scale="smoke", runtime="local", container="none")
     report = preflight.run(request, str(tmp_path), steps=False)
     (refusal,) = [f for f in report.findings if f.blocks]
-    assert refusal.check == "storage" and refusal.message.startswith(f"{tmp_path.resolve()}: 10 MiB free, the session needs about 192 MiB")
+    assert refusal.check == "storage" and refusal.message.startswith(
+        f"{tmp_path.resolve()}: 10 MiB free, the session needs about 192 MiB"
+    )
     assert [a.verdict for a in report.answers()] == ["would not", "would not", "would not"]
 
 
@@ -154,7 +165,10 @@ def test_a_read_only_cache_with_a_writable_scratch_would_be_trained_on_as_given(
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "  - data     --data dataset_cache: read-only; the trainer reads it through a writable view" in result.stdout
+    assert (
+        "  - data     --data dataset_cache: read-only; the trainer reads it through a writable view"
+        in result.stdout
+    )
     # The smoke scale's 12-row stand-in is not the pinned revision: said, not held against a smoke cell.
     assert "holds train 12, validation 4, test 4 rows, the pinned revision train 9792" in result.stdout
     (run_dir,) = (tmp_path / "out" / "preflight").glob("*/runs/bridgetower--workers0")
@@ -204,13 +218,34 @@ def test_the_bases_unverified_facts_are_confirmed_or_corrected_and_a_verified_on
     base = accelerators.bases()["ngc-pytorch-25.01"]
     compared = baseimage.compare(base, baseimage.parse(NGC_READBACK))
     assert "torchvision 0.21.0a0 (unverified in bases.yaml: now confirmed)" in compared.confirmed
-    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE 1 (unverified in bases.yaml: now confirmed)" in compared.confirmed
+    assert (
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE 1 (unverified in bases.yaml: now confirmed)" in compared.confirmed
+    )
     assert "pillow is 11.0.0 here, bases.yaml says 11.1.0 (unverified)" in compared.corrected
     assert "numactl is absent here, bases.yaml does not say (unverified)" in compared.corrected
     assert {"os Ubuntu 24.04", "glibc 2.39", "python 3.12", "numpy 1.26.4"} <= set(compared.confirmed)
     # A verified fact the image contradicts: what the pins were resolved against is not what runs.
     assert "dill is absent here, bases.yaml says 0.3.9" in compared.wrong
-    layered = baseimage.compare(base, baseimage.parse(NGC_READBACK), frozenset({"dill", "sympy", "networkx", "jinja2", "markupsafe", "fsspec", "filelock", "typing-extensions", "packaging", "setuptools", "opencv", "nvidia-dali-cuda120"}))
+    layered = baseimage.compare(
+        base,
+        baseimage.parse(NGC_READBACK),
+        frozenset(
+            {
+                "dill",
+                "sympy",
+                "networkx",
+                "jinja2",
+                "markupsafe",
+                "fsspec",
+                "filelock",
+                "typing-extensions",
+                "packaging",
+                "setuptools",
+                "opencv",
+                "nvidia-dali-cuda120",
+            }
+        ),
+    )
     assert layered.wrong == []
 
 
@@ -235,7 +270,15 @@ def test_each_trainer_and_loader_variant_is_stepped_once_producers_first():
     volo = cells.expand(recipes.load("volo"), "volo", "cuda", "published")
     chosen = [(c.cell_id, len(group)) for c, group in steps.representatives(volo)]
     # One per loader (torch, gpu_decode, dali); the finetunes are the torch loader's.
-    assert [cell for cell, _ in chosen] == ["volo--pretrain-d1", "volo--pretrain-d5-gpu-decode", "volo--pretrain-d5-dali"]
+    assert [cell for cell, _ in chosen] == [
+        "volo--pretrain-d1",
+        "volo--pretrain-d5-gpu-decode",
+        "volo--pretrain-d5-dali",
+    ]
     short = steps.shortened(volo[0])
-    assert (short.args["max_steps"], short.args["throughput_warmup_steps"], short.args["logging_steps"]) == (3, 1, 1)
+    assert (short.args["max_steps"], short.args["throughput_warmup_steps"], short.args["logging_steps"]) == (
+        3,
+        1,
+        1,
+    )
     assert volo[0].args["max_steps"] == 500  # the cell itself is left as planned

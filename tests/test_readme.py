@@ -67,6 +67,8 @@ def test_every_readme_command_still_runs(line, tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin:" + str(ROOT / ".venv" / "bin")}
     import os
 
-    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    result = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
     last = (result.stderr.strip().splitlines() or [""])[-1]
     assert result.returncode == 0, f"{line}\n  ran: {shlex.join(argv)}\n  {last}"

@@ -53,7 +53,9 @@ def test_the_first_version_of_the_post_is_compared_within_itself():
     recipe = recipes.load("bridgetower")
     v1 = {c.variant: c for c in cells.expand(recipe, "bridgetower", "gaudi2", "published") if c.group == "v1"}
     assert set(v1) == {"workers0-v1", "workers1-v1", "fastddp-workers1-v1", "fastddp-workers1-mediapipe-v1"}
-    assert v1["workers0-v1"].baseline and all(c.args["per_device_train_batch_size"] == 40 for c in v1.values())
+    assert v1["workers0-v1"].baseline and all(
+        c.args["per_device_train_batch_size"] == 40 for c in v1.values()
+    )
     assert [r["value"] for r in v1["workers0-v1"].references] == [532.4]
     assert [r["value"] for r in v1["workers1-v1"].references] == [639.7]
     assert [r["ratio"] for r in v1["fastddp-workers1-mediapipe-v1"].references] == [1.51]
@@ -62,7 +64,9 @@ def test_the_first_version_of_the_post_is_compared_within_itself():
 def test_published_commands_are_verbatim_with_their_source_and_version():
     recipe = recipes.load("bridgetower")
     blog = recipe.published_command("workers0")
-    assert blog.source.startswith("Hugging Face blog") and "--per_device_train_batch_size=\"40\"" in blog.command
+    assert (
+        blog.source.startswith("Hugging Face blog") and '--per_device_train_batch_size="40"' in blog.command
+    )
     assert "--hub_model_id bridgetower\\\n" in blog.command  # the post's own typo, kept
     v17 = recipe.published_command("fastddp-workers1-mediapipe-v1")
     assert v17.version == "optimum-habana 1.7.0" and v17.command.endswith("--mediapipe_dataloader")
@@ -108,7 +112,11 @@ def test_argv_renders_flags_like_the_published_command():
         ({"colour": "blue"}, "colour: unknown key"),
         ({"variants": [{"name": "Bad Name"}]}, "variants.0.name: String should match pattern"),
         (
-            {"variants": [{"name": "a", "references": [{"device": "h100", "value": 1, "definition": "whole_run"}]}]},
+            {
+                "variants": [
+                    {"name": "a", "references": [{"device": "h100", "value": 1, "definition": "whole_run"}]}
+                ]
+            },
             "needs 'device' and 'devices'",
         ),
         (
@@ -236,7 +244,11 @@ def test_the_vit_ladder_stacks_each_optimization_on_the_previous_rung():
     variants = {v.name: v for v in recipe.variants}
     below = found["fsdp-b384-img256"].args
     pure = found["pure-fp16"].args
-    assert [k for k in switches if below[k] != pure[k]] == variants["pure-fp16"].changes == ["amp", "optimizer_impl"]
+    assert (
+        [k for k in switches if below[k] != pure[k]]
+        == variants["pure-fp16"].changes
+        == ["amp", "optimizer_impl"]
+    )
     assert any("two switches" in a for a in recipe.assumptions)
     assert found["baseline"].args["amp"] == "no" and found["baseline"].args["sharding"] == "ddp"
     # Batch 560 over one node of 8 GPUs at 224, as published; the published speedups as references.

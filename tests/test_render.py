@@ -118,7 +118,7 @@ def test_a_multi_node_gaudi2_run_script_needs_a_hostfile(inv, tmp_path):
     assert result.returncode == 0, result.stderr
     script = tmp_path / "gaudi2-published" / "runs" / "bridgetower--workers1" / "run.sh"
     text = script.read_text()
-    assert "mpirun -n 16 --hostfile \"$HOSTFILE\" --npernode 8" in text
+    assert 'mpirun -n 16 --hostfile "$HOSTFILE" --npernode 8' in text
     ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert ran.returncode != 0
     assert "REPROKIT_HOSTFILE: set REPROKIT_HOSTFILE to an MPI hostfile of the 2 nodes" in ran.stderr

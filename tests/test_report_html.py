@@ -36,9 +36,7 @@ def session_dir(tmp_path, monkeypatch) -> Path:
     recipe = str(fake_recipe(tmp_path / "fake.yaml", VARIANTS))
     the_plan = plan(Request(recipes=[recipe], accelerator="cpu", scale="published", runtime="local"))
     folder = session.new_dir(str(tmp_path / "results"))
-    session.save(
-        folder, the_plan, Request(recipes=[recipe], accelerator="cpu", scale="published")
-    )
+    session.save(folder, the_plan, Request(recipes=[recipe], accelerator="cpu", scale="published"))
     supervise.run_cells(the_plan, folder, report_line=lambda cell, outcome: None)
     return folder
 

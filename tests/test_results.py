@@ -19,6 +19,7 @@ import pytest
 from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.results import collect
+from reprokit.results.row import COLUMNS
 from reprokit.run import session, supervise
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe
@@ -144,12 +145,12 @@ def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path,
 def test_resume_refuses_flags_that_would_plan_other_cells(tmp_path):
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "only", "args": {"fake_rate": 10}}])
     out = tmp_path / "results"
-    first = run_inv(
-        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env()
-    )
+    first = run_inv("reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env())
     assert first.returncode == 0, first.stderr
     (session_dir,) = out.iterdir()
-    result = run_inv("reproduce", str(recipe), "--resume", str(session_dir), "--scale", "published", env=fake_env())
+    result = run_inv(
+        "reproduce", str(recipe), "--resume", str(session_dir), "--scale", "published", env=fake_env()
+    )
     assert result.returncode == 2
     message = result.stderr.strip()
     assert "\n" not in message and "leave out --scale published (the session used smoke)" in message
@@ -175,7 +176,9 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     assert time.monotonic() - started < 30
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("reprokit: 3 of 5 cells did not complete") and "rerun them with: inv resume " in last
+    assert (
+        last.startswith("reprokit: 3 of 5 cells did not complete") and "rerun them with: inv resume " in last
+    )
     (session_dir,) = out.iterdir()
     runs = session_dir / "runs"
     crash = json.loads((runs / "fake--crash" / "summary.json").read_text())
@@ -237,39 +240,39 @@ VERDICT_VARIANTS = [
 
 def test_each_number_is_judged_per_device_against_its_reference_with_the_tolerance(tmp_path, monkeypatch):
     session_dir = _run_session(tmp_path, monkeypatch, VERDICT_VARIANTS)
-    rows = {r["variant"]: r for r in collect.rows(session_dir)}
+    rows = {r.variant: r for r in collect.rows(session_dir)}
     base, fast, slow, rung = rows["base"], rows["fast"], rows["slow"], rows["rung"]
-    assert base["reference_per_device"] == 100 and base["ratio_per_device"] == pytest.approx(0.95)
-    assert base["verdict"] == "reproduced" and base["normalization"] == "per device (1 vs 8 published)"
-    assert fast["ratio_per_device"] == pytest.approx(1.25) and fast["verdict"] == "faster"
-    assert slow["verdict"] == "slower" and slow["normalization"] == "same device count (1)"
-    assert rung["verdict"] == "no reference" and rows["gaudi-only"]["verdict"] == "no reference"
+    assert base.reference_per_device == 100 and base.ratio_per_device == pytest.approx(0.95)
+    assert base.verdict == "reproduced" and base.normalization == "per device (1 vs 8 published)"
+    assert fast.ratio_per_device == pytest.approx(1.25) and fast.verdict == "faster"
+    assert slow.verdict == "slower" and slow.normalization == "same device count (1)"
+    assert rung.verdict == "no reference" and rows["gaudi-only"].verdict == "no reference"
     # Speedups over the baseline measured in this session, against the published ones.
-    assert fast["measured_speedup"] == pytest.approx(150 / 95)
-    assert fast["published_speedup"] == pytest.approx(120 / 100)  # the figures of the device it ran on
-    assert fast["speedup_reference_device"] == "cpu" and fast["speedup_verdict"] == "faster"
-    assert rung["published_speedup"] == 2.0 and rung["speedup_verdict"] == "reproduced"
+    assert fast.measured_speedup == pytest.approx(150 / 95)
+    assert fast.published_speedup == pytest.approx(120 / 100)  # the figures of the device it ran on
+    assert fast.speedup_reference_device == "cpu" and fast.speedup_verdict == "faster"
+    assert rung.published_speedup == 2.0 and rung.speedup_verdict == "reproduced"
     # No published figure on this device: the ratio comes from the publication's own device.
     gaudi = rows["gaudi-only"]
-    assert gaudi["speedup_reference_device"] == "gaudi2" and gaudi["published_speedup"] == pytest.approx(1.6)
-    assert base["measured_speedup"] == base["published_speedup"] == 1.0
+    assert gaudi.speedup_reference_device == "gaudi2" and gaudi.published_speedup == pytest.approx(1.6)
+    assert base.measured_speedup == base.published_speedup == 1.0
     # Provenance: the trainer's start time, versions, image, recipe hash, kit revision.
     assert (
-        base["started_at"]
+        base.started_at
         == json.loads((session_dir / "runs/fake--base/sysinfo.json").read_text())["started_at"]
     )
-    assert base["wall_time_s"] is not None and base["wall_time_s"] >= 0
-    assert (base["torch"], base["transformers"], base["timm"]) == ("2.14.1", "4.49.0", None)
-    assert base["image_id"].startswith("sha256:") and len(base["recipe_hash"]) == 12
-    assert base["batch_per_device"] == 48 and base["device_name"] == "Fake CPU"
+    assert base.wall_time_s is not None and base.wall_time_s >= 0
+    assert (base.torch, base.transformers, base.timm) == ("2.14.1", "4.49.0", None)
+    assert base.image_id.startswith("sha256:") and len(base.recipe_hash) == 12
+    assert base.batch_per_device == 48 and base.device_name == "Fake CPU"
 
 
 def test_smoke_scale_numbers_get_no_verdict(tmp_path, monkeypatch):
     session_dir = _run_session(tmp_path, monkeypatch, VERDICT_VARIANTS[:2], scale="smoke")
     rows = collect.rows(session_dir)
-    assert [(r["verdict"], r["verdict_reasons"]) for r in rows] == [("not comparable", "smoke scale")] * 2
-    assert all(r["ratio_per_device"] is None and r["reference_per_device"] == 100.0 for r in rows[:1])
-    assert (rows[1]["speedup_verdict"], rows[1]["speedup_verdict_reasons"]) == ("not comparable", "smoke scale")
+    assert [(r.verdict, r.verdict_reasons) for r in rows] == [("not comparable", "smoke scale")] * 2
+    assert all(r.ratio_per_device is None and r.reference_per_device == 100.0 for r in rows[:1])
+    assert (rows[1].speedup_verdict, rows[1].speedup_verdict_reasons) == ("not comparable", "smoke scale")
 
 
 def test_rows_come_from_run_directories_and_planned_cells_that_never_ran_are_listed(tmp_path, monkeypatch):
@@ -281,14 +284,14 @@ def test_rows_come_from_run_directories_and_planned_cells_that_never_ran_are_lis
     shutil.rmtree(session_dir / "runs" / "fake--slow")
     (session_dir / "runs" / "fake--fast" / "summary.json").unlink()
     table = collect.collect(session_dir)
-    assert [(r["variant"], r["status"]) for r in table] == [
+    assert [(r.variant, r.status) for r in table] == [
         ("base", "ok"),
         ("fast", "incomplete"),
         ("slow", "not started"),
     ]
-    assert table[1]["measured"] is None and table[1]["verdict"] == "no result"
+    assert table[1].measured is None and table[1].verdict == "no result"
     text = (session_dir / "results.csv").read_text()
-    assert text.splitlines()[0].split(",") == collect.COLUMNS and len(text.splitlines()) == 4
+    assert text.splitlines()[0].split(",") == COLUMNS and len(text.splitlines()) == 4
     assert not list(session_dir.glob(".*.tmp"))  # written atomically, nothing left half-done
 
 

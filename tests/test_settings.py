@@ -51,4 +51,6 @@ def test_a_broken_settings_file_is_one_line(tmp_path):
     (tmp_path / "reprokit.yaml").write_text("runtime: [unclosed\n")
     result = run_inv("--search-root", str(ROOT), "reproduce", "all", "--dry-run", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("reprokit: a reprokit settings file cannot be read")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("reprokit: a reprokit settings file cannot be read")
+    )

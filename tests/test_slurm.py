@@ -21,7 +21,8 @@ import yaml
 from reprokit import trainers
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.results import collect, verdicts
+from reprokit.results import collect, ratios
+from reprokit.results.row import COLUMNS, Row
 from reprokit.run import images
 from reprokit.run.containers.apptainer import Apptainer
 from reprokit.run.containers.images_on_nodes import NodeImageOptions
@@ -118,7 +119,9 @@ def test_no_exclusive_and_gpu_types_change_the_directives(tmp_path):
     text = runtime.job_script(cell, accelerators.get("cuda"), tmp_path / "runs" / cell.cell_id)
     assert "#SBATCH --exclusive" not in text and "#SBATCH --mem=0" not in text
     assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --nodes=3" in text
-    assert f"  apptainer exec --nv --bind {tmp_path}:{tmp_path} /shared/img.sif bash \"$RUN_DIR/run.sh\"" in text
+    assert (
+        f'  apptainer exec --nv --bind {tmp_path}:{tmp_path} /shared/img.sif bash "$RUN_DIR/run.sh"' in text
+    )
     typed = accelerators.get("cuda").model_copy(
         update={"slurm": accelerators.Slurm(gres="gpu:a100", distributed_backend="nccl")}
     )
@@ -160,7 +163,9 @@ def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command
         assert "--model volo_d5 --img-size 224 -b 44 --lr 1.0e-4" in comment
         # The job's own global batch over its five nodes, not the published one node's 8 x 44 = 352.
         assert "# This job's global batch: 5 node(s) x 8 device(s) x 44 per device = 1760." in text
-        assert not [line for line in text.splitlines() if "= 352" in line and "published one-node" not in line]
+        assert not [
+            line for line in text.splitlines() if "= 352" in line and "published one-node" not in line
+        ]
 
 
 def test_the_sbatch_script_exports_the_rendezvous_and_runs_run_sh_once_per_node(tmp_path):
@@ -507,19 +512,15 @@ def test_the_first_exception_of_any_rank_is_the_root_cause(tmp_path):
 
 
 def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_row():
-    def row(nodes: int, per_device: float | None, variant: str = "pretrain-d5") -> dict:
-        return {
-            "recipe": "volo", "variant": variant, "scale": "published", "accelerator": "cuda",
-            "nodes": nodes, "measured_per_device": per_device, "scaling_efficiency": None,
-        }  # fmt: skip
+    def row(nodes: int, per_device: float | None, variant: str = "pretrain-d5") -> Row:
+        return Row(recipe="volo", variant=variant, scale="published", accelerator="cuda", nodes=nodes,
+                   measured_per_device=per_device, cell_id=f"volo--{variant}--{nodes}n")  # fmt: skip
 
     # The VOLO post: 500 img/s on one DGX A100 (8 GPUs), 2100 on five (40 GPUs).
     one, five, other = row(1, 500 / 8), row(5, 2100 / 40), row(2, 50.0, variant="pretrain-d1")
-    table = [one, five, other]
-    verdicts.scaling_efficiency(table)
-    assert five["scaling_efficiency"] == pytest.approx(0.84)
-    assert one["scaling_efficiency"] is None and other["scaling_efficiency"] is None
-    assert "scaling_efficiency" in collect.COLUMNS
+    found = ratios.scaling_efficiency([one, five, other])
+    assert found == {five.cell_id: pytest.approx(0.84)}  # none for the single node, none without a twin
+    assert "scaling_efficiency" in COLUMNS
 
 
 # ---- on a cluster ---------------------------------------------------------------------------------
@@ -553,9 +554,7 @@ def job(run_dir: Path) -> dict:
 
 @pytest.mark.slurm
 def test_a_two_node_job_runs_one_task_per_node_and_settles_its_run_directory(tmp_path, cluster):
-    result, run_dir, _ = run_on_cluster(
-        tmp_path, str(fake_recipe(tmp_path)), env=fake_env()
-    )
+    result, run_dir, _ = run_on_cluster(tmp_path, str(fake_recipe(tmp_path)), env=fake_env())
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok"
@@ -581,9 +580,7 @@ def test_a_rank_that_crashes_fails_the_job_with_its_own_error(tmp_path, cluster)
 @pytest.mark.slurm
 def test_a_job_past_the_kits_timeout_is_cancelled_and_recorded(tmp_path, cluster):
     recipe = fake_recipe(tmp_path, fake_hang=True)
-    result, run_dir, took = run_on_cluster(
-        tmp_path, str(recipe), "--timeout", "10", env=fake_env()
-    )
+    result, run_dir, took = run_on_cluster(tmp_path, str(recipe), "--timeout", "10", env=fake_env())
     assert result.returncode == 1, result.stdout + result.stderr
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "timeout"
     record = job(run_dir)
@@ -618,13 +615,13 @@ def test_bridgetower_trains_data_parallel_across_two_nodes_with_its_scaling_effi
     assert "0: " in log and "1: " in log
     assert job(run_dir)["state"] == "COMPLETED"
     one, two = collect.rows(runs.parent)
-    assert (one["nodes"], one["world_size"], two["nodes"], two["world_size"]) == (1, 1, 2, 2)
+    assert (one.nodes, one.world_size, two.nodes, two.world_size) == (1, 1, 2, 2)
     # Per device, 2 nodes against 1 in the same session: the figure the VOLO post gives as 2100 vs 500.
-    assert two["scaling_efficiency"] == pytest.approx(two["measured_per_device"] / one["measured_per_device"])
-    assert one["scaling_efficiency"] is None
+    assert two.scaling_efficiency == pytest.approx(two.measured_per_device / one.measured_per_device)
+    assert one.scaling_efficiency is None
     print(
-        f"BridgeTower smoke on 1 and 2 nodes ({took:.0f}s): {one['measured_per_device']:.2f} and "
-        f"{two['measured_per_device']:.2f} samples/s per device, scaling efficiency {two['scaling_efficiency']:.2f}"
+        f"BridgeTower smoke on 1 and 2 nodes ({took:.0f}s): {one.measured_per_device:.2f} and "
+        f"{two.measured_per_device:.2f} samples/s per device, scaling efficiency {two.scaling_efficiency:.2f}"
     )
 
 
@@ -657,7 +654,10 @@ def test_a_gaudi_job_runs_the_images_python_and_gives_mpirun_the_nodes_slots(tmp
     shim(bin_dir, "lscpu", 'printf "Socket(s):  2\\nCore(s) per socket:  16\\n"\n')
     run_sh = script.parent / "run.sh"
     base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUN_DIR": str(script.parent)}
-    for env, slots in (({"SLURM_JOB_ID": "77"}, ["--host", "localhost:8", "--mca", "ras", "^slurm"]), ({}, None)):
+    for env, slots in (
+        ({"SLURM_JOB_ID": "77"}, ["--host", "localhost:8", "--mca", "ras", "^slurm"]),
+        ({}, None),
+    ):
         done = subprocess.run(["bash", str(run_sh)], env={**base, **env}, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         argv = (tmp_path / "mpirun.txt").read_text().splitlines()
@@ -667,18 +667,26 @@ def test_a_gaudi_job_runs_the_images_python_and_gives_mpirun_the_nodes_slots(tmp
         else:
             assert "--host" not in argv
         # The image's own interpreter (the profile's), then the trainer.
-        assert argv[argv.index("--allow-run-as-root") + 1 :][:3] == ["python3", "-m", "reprokit_trainers.bridgetower"]
+        assert argv[argv.index("--allow-run-as-root") + 1 :][:3] == [
+            "python3",
+            "-m",
+            "reprokit_trainers.bridgetower",
+        ]
 
 
 def test_gaudi_cells_in_this_machines_python_need_habanas_stack(tmp_path):
     profile = accelerators.get("gaudi2")
     assert slurm_runtime().auto_container(profile) == ("apptainer", None)
-    with pytest.raises(ReprokitError, match=r"^the gaudi2 cells need habana_frameworks in the Python that runs them"):
+    with pytest.raises(
+        ReprokitError, match=r"^the gaudi2 cells need habana_frameworks in the Python that runs them"
+    ):
         NoContainer(NoOptions()).check(profile, "slurm")
 
 
 @pytest.mark.parametrize("platform", ["pyxis", "apptainer"])
-def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writable_scratch(tmp_path, platform):
+def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writable_scratch(
+    tmp_path, platform
+):
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     script = render_slurm(
@@ -694,4 +702,8 @@ def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writa
     assert 'export REPROKIT_SCRATCH="$RUN_DIR/.scratch"' in text
     # The trainer is told the cache itself (its view is its own business), and no stand-in.
     run_sh = (script.parent / "run.sh").read_text()
-    assert f"--cache_dir {cache}" in run_sh and "--synthetic_data" not in run_sh and "--random_init" not in run_sh
+    assert (
+        f"--cache_dir {cache}" in run_sh
+        and "--synthetic_data" not in run_sh
+        and "--random_init" not in run_sh
+    )

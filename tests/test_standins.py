@@ -33,7 +33,9 @@ def vendor_image(request, engine, tmp_path_factory):  # noqa: F811 - the fixture
     wheels = tmp_path_factory.mktemp(f"wheelhouse-{profile.name}")
     started = time.monotonic()
     # The mediapipe modules are on GitHub, out of CI's reach: the gaudi2 image is built without them.
-    filled = run_inv("wheelhouse", "--accelerator", profile.name, "--dest", str(wheels), "--without-vendor", timeout=1200)
+    filled = run_inv(
+        "wheelhouse", "--accelerator", profile.name, "--dest", str(wheels), "--without-vendor", timeout=1200
+    )
     assert filled.returncode == 0, filled.stderr
     timings["wheelhouse"] = time.monotonic() - started
     started = time.monotonic()
@@ -68,9 +70,15 @@ def test_the_pip_layer_ran_offline_and_kept_the_bases_framework(engine, vendor_i
     history = engine.images.get(tag).history()
     (pip_layer,) = [h for h in history if "pip install" in h["CreatedBy"] and "lock.txt" in h["CreatedBy"]]
     assert "WHEELHOUSE_URL=http://127.0.0.1:" in pip_layer["CreatedBy"]
-    frozen = engine.containers.run(tag, ["bash", "-c", "cat /opt/reprokit/base-constraints.txt"], remove=True).decode()
+    frozen = engine.containers.run(
+        tag, ["bash", "-c", "cat /opt/reprokit/base-constraints.txt"], remove=True
+    ).decode()
     assert "torch==2.6.0" in frozen and "numpy==1.26.4" in frozen
-    shown = engine.containers.run(tag, ["python3", "-c", "import torch, numpy; print(torch.__version__, numpy.__version__)"], remove=True)
+    shown = engine.containers.run(
+        tag,
+        ["python3", "-c", "import torch, numpy; print(torch.__version__, numpy.__version__)"],
+        remove=True,
+    )
     assert shown.decode().split()[0].startswith("2.6.0") and shown.decode().split()[1] == "1.26.4"
     labels = engine.images.get(tag).labels
     assert labels["io.reprokit.vendor"] == ("absent" if profile.vendor else "none")
@@ -78,7 +86,9 @@ def test_the_pip_layer_ran_offline_and_kept_the_bases_framework(engine, vendor_i
 
 @pytest.mark.docker
 @pytest.mark.parametrize("recipe", list(CELLS))
-def test_a_smoke_cell_of_each_trainer_runs_in_the_image_as_a_uid_without_a_passwd_entry(vendor_image, recipe, tmp_path):
+def test_a_smoke_cell_of_each_trainer_runs_in_the_image_as_a_uid_without_a_passwd_entry(
+    vendor_image, recipe, tmp_path
+):
     profile, base, tag, _ = vendor_image
     cell = _cell(recipe)
     outcome, sysinfo = _run(tag, cell, tmp_path)

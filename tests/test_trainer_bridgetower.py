@@ -188,13 +188,19 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert [int(r["step"]) for r in rows] == [2, 4, 6]
     assert all(float(r["samples_per_second"]) > 0 and float(r["loss"]) > 0 for r in rows)
     # Where each interval went: the Trainer's fetch of its batches timed, one process communicates nothing.
-    assert all(float(r["data_wait"]) > 0 and float(r["compute"]) > 0 and r["communication"] == "" for r in rows)
+    assert all(
+        float(r["data_wait"]) > 0 and float(r["compute"]) > 0 and r["communication"] == "" for r in rows
+    )
     breakdown = summary["breakdown"]
     assert breakdown["counted"] == "steps 3-6, rank 0" and breakdown["steps"] == 4
     assert breakdown["data_wait"] + breakdown["compute"] + breakdown["other"] == pytest.approx(1, abs=1e-3)
     assert breakdown["communication"] is None and breakdown["communication_timed"] == "none (one process)"
     # Energy: this machine's RAPL, or why there is none.
-    assert summary["energy_joules"] > 0 if isinstance(summary["energy"], dict) else summary["energy"].startswith("unavailable (")
+    assert (
+        summary["energy_joules"] > 0
+        if isinstance(summary["energy"], dict)
+        else summary["energy"].startswith("unavailable (")
+    )
 
     sysinfo = json.loads((run_dir / "sysinfo.json").read_text())
     assert sysinfo["trainer"] == "run_bridgetower.py" and sysinfo["started_at"]
@@ -222,7 +228,10 @@ def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_
         ("model fallback: the checkpoint could not be loaded (model_fallback_reason)", "quality"),
         ("offline tokenizer", "quality"),
         ("synthetic data", "throughput"),
-        ("data fallback: jmhessel/newyorker_caption_contest could not be loaded (data_fallback_reason)", "throughput"),
+        (
+            "data fallback: jmhessel/newyorker_caption_contest could not be loaded (data_fallback_reason)",
+            "throughput",
+        ),
     ]
     assert summary["image_pipeline"] == "kit-draft" and summary["mediapipe"] is False
     assert "[reprokit] departure from the publication (throughput): synthetic data" in result.stdout
@@ -585,7 +594,9 @@ def test_profile_traces_the_trainers_steps_after_its_warmup(tmp_path):
     names = {e.get("name") for e in trace["traceEvents"]}
     assert {"ProfilerStep#4", "ProfilerStep#5"} <= names and "ProfilerStep#3" not in names
     assert profile["cpu_top_ops"] and "departures" in summary
-    assert any(d["reason"].startswith("profiled: torch.profiler traced steps 4-5") for d in summary["departures"])
+    assert any(
+        d["reason"].startswith("profiled: torch.profiler traced steps 4-5") for d in summary["departures"]
+    )
 
 
 @pytest.mark.slow
@@ -670,7 +681,9 @@ def test_a_grey_image_is_made_grey_rgb_and_a_four_band_one_stops_in_one_line():
     grey = Image.fromarray(np.random.default_rng(1).integers(0, 256, (300, 400), dtype=np.uint8), "L")
     assert torch.equal(transform(grey), transform(grey.convert("RGB")))
     for mode in ("RGBA", "CMYK"):
-        with pytest.raises(fastimage.ImageModeError, match=f"an image of mode {mode}: the published transform"):
+        with pytest.raises(
+            fastimage.ImageModeError, match=f"an image of mode {mode}: the published transform"
+        ):
             transform(Image.new(mode, (300, 400)))
     worker = fastimage.ImageModeError(
         "Caught ImageModeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
@@ -683,14 +696,24 @@ def test_a_grey_image_is_made_grey_rgb_and_a_four_band_one_stops_in_one_line():
 
 
 def _can_mount_read_only() -> bool:
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    probe = (
+        subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    )
     return probe is not None and probe.returncode == 0
 
 
 def read_only(path: Path, command: list[str]) -> list[str]:
     """`command` in a mount namespace where `path` is a read-only bind mount of itself (what a container's
     `:ro` volume is), as an unprivileged user namespace allows."""
-    return ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{path}" "{path}" && exec "$@"', "sh", *command]
+    return [
+        "unshare",
+        "-rm",
+        "sh",
+        "-c",
+        f'mount --bind -o ro "{path}" "{path}" && exec "$@"',
+        "sh",
+        *command,
+    ]
 
 
 @pytest.fixture
@@ -714,13 +737,30 @@ def test_a_read_only_cache_is_used_as_given_through_a_writable_view(tmp_path, gi
     cache itself, through a writable view, and nothing is written into it."""
     before = sorted(str(p) for p in given_cache.rglob("*"))
     run_dir = tmp_path / "run"
-    command = [sys.executable, *TRAINER, "--output_dir", str(run_dir), "--cache_dir", str(given_cache), *CACHED_RUN]
+    command = [
+        sys.executable,
+        *TRAINER,
+        "--output_dir",
+        str(run_dir),
+        "--cache_dir",
+        str(given_cache),
+        *CACHED_RUN,
+    ]
     result = subprocess.run(
-        read_only(given_cache, command), capture_output=True, text=True, env=offline_env(tmp_path), timeout=300, cwd=ROOT
+        read_only(given_cache, command),
+        capture_output=True,
+        text=True,
+        env=offline_env(tmp_path),
+        timeout=300,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == ("hub", "hub", "hub")
+    assert (summary["data_source"], summary["model_source"], summary["tokenizer_source"]) == (
+        "hub",
+        "hub",
+        "hub",
+    )
     assert summary["departures"] == [] and summary["steps"] == 3
     assert summary["cache_dir"] == str(given_cache)
     assert summary["cache_read_through"].startswith(str(run_dir / ".scratch"))
@@ -734,7 +774,9 @@ def test_a_given_cache_without_the_checkpoint_stops_in_one_line(tmp_path):
     assert line.startswith(
         f"run_bridgetower.py: error: cannot load the checkpoint BridgeTower/bridgetower-large-itm-mlm-itc@main from --cache_dir {empty} ("
     )
-    assert line.endswith("it was given, so nothing replaces it: put the checkpoint there, or leave the cache out to train random weights")
+    assert line.endswith(
+        "it was given, so nothing replaces it: put the checkpoint there, or leave the cache out to train random weights"
+    )
 
 
 def test_a_given_cache_without_the_dataset_stops_in_one_line_not_on_synthetic_data(tmp_path, given_cache):

@@ -369,9 +369,15 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     assert [int(r["step"]) for r in rows] == [2, 4]
     # Where the window went: the loader's wait timed; DDP's all-reduce timed by the hook even on one rank.
     breakdown = summary["breakdown"]
-    assert breakdown["data_wait"] > 0 and breakdown["compute"] > 0 and breakdown["counted"] == "steps 2-4, rank 0"
+    assert (
+        breakdown["data_wait"] > 0
+        and breakdown["compute"] > 0
+        and breakdown["counted"] == "steps 2-4, rank 0"
+    )
     if switches["--sharding"] == "ddp":
-        assert breakdown["communication"] >= 0 and breakdown["communication_timed"].startswith("DDP all-reduce")
+        assert breakdown["communication"] >= 0 and breakdown["communication_timed"].startswith(
+            "DDP all-reduce"
+        )
     else:
         assert breakdown["communication"] is None
         assert breakdown["communication_timed"] == "none (one process)"

@@ -666,7 +666,10 @@ def _imagenet_with(root, bad: dict[str, bytes]):
 
 @pytest.mark.parametrize(
     "data, reason",
-    [(b"not a jpeg at all", "cannot identify image file"), (None, "image file is truncated (1 bytes not processed)")],
+    [
+        (b"not a jpeg at all", "cannot identify image file"),
+        (None, "image file is truncated (1 bytes not processed)"),
+    ],
     ids=["garbage", "truncated"],
 )
 def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
@@ -674,7 +677,9 @@ def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
 
     if data is None:  # a real JPEG cut in half, as an interrupted copy leaves it
         buffer = BytesIO()
-        Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buffer, "JPEG")
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+            buffer, "JPEG"
+        )
         data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
     root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": data})
     source = imagenet.ImageFolderSource(root)

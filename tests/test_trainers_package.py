@@ -194,7 +194,10 @@ def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monke
         for mode, tf32 in (("amp-bf16", True), ("pure-fp16", False), ("fp32", True), ("no", False))
     }
     assert [(f["mfu_precision"], f["device_peak_tflops"]) for f in by_mode.values()] == [
-        ("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)
+        ("bf16", 312.0),
+        ("fp16", 312.0),
+        ("tf32", 156.0),
+        ("fp32", 19.5),
     ]
     assert by_mode[("no", False)]["mfu"] == pytest.approx(10.0 / 19.5)
 

@@ -22,10 +22,14 @@ def profile():
     """The gaudi2 profile with stand-in vendor files (the real ones are on GitHub, out of reach here)."""
     real = accelerators.get("gaudi2")
     files = [
-        VendorFile(name=name, url=f"https://example.invalid/v1.17.0/{name}", sha256=hashlib.sha256(data).hexdigest())
+        VendorFile(
+            name=name, url=f"https://example.invalid/v1.17.0/{name}", sha256=hashlib.sha256(data).hexdigest()
+        )
         for name, data in FILES.items()
     ]
-    return real.model_copy(update={"vendor": Vendor(folder=real.vendor.folder, why=real.vendor.why, files=files)})
+    return real.model_copy(
+        update={"vendor": Vendor(folder=real.vendor.folder, why=real.vendor.why, files=files)}
+    )
 
 
 @pytest.fixture
@@ -41,7 +45,11 @@ def mirror(tmp_path, monkeypatch):
 
 def test_the_gaudi2_profile_pins_the_mediapipe_modules_by_tag_and_checksum():
     pinned = accelerators.get("gaudi2").vendor
-    assert {f.name for f in pinned.files} == {"habana_dataloader_trainer.py", "clip_mediapipe_dataloader.py", "clip_media_pipe.py"}
+    assert {f.name for f in pinned.files} == {
+        "habana_dataloader_trainer.py",
+        "clip_mediapipe_dataloader.py",
+        "clip_media_pipe.py",
+    }
     assert all("/optimum-habana/v1.17.0/examples/contrastive-image-text/" in f.url for f in pinned.files)
     assert all(len(f.sha256) == 64 for f in pinned.files)
 
@@ -55,7 +63,9 @@ def test_fetched_files_go_into_the_context_where_the_trainer_imports_them(profil
     assert f"PYTHONPATH=/opt/reprokit:/opt/reprokit/vendor/{profile.vendor.folder}" in dockerfile
     # The tag is known without the bytes (their checksums stand for them), and differs without them.
     assert images.image_tag(profile, files) == images.image_tag(profile)
-    assert images.image_tag(profile, images.context_files(profile, with_vendor=False)) != images.image_tag(profile)
+    assert images.image_tag(profile, images.context_files(profile, with_vendor=False)) != images.image_tag(
+        profile
+    )
     assert "COPY vendor/" not in images.context_files(profile, with_vendor=False)["Dockerfile"].decode()
 
 
@@ -63,7 +73,10 @@ def test_a_file_that_is_not_the_pinned_one_is_refused_in_one_line(profile, tmp_p
     (tmp_path / "vendor").mkdir()
     for name in FILES:
         (tmp_path / "vendor" / name).write_bytes(b"# tampered\n")
-    with pytest.raises(ReprokitError, match=r"vendor/habana_dataloader_trainer.py: sha256 [0-9a-f]{16}\.\.\. is not the pinned"):
+    with pytest.raises(
+        ReprokitError,
+        match=r"vendor/habana_dataloader_trainer.py: sha256 [0-9a-f]{16}\.\.\. is not the pinned",
+    ):
         vendor.files(profile, tmp_path)
 
 
@@ -80,4 +93,6 @@ def test_staging_writes_the_checked_files_beside_the_wheels(profile, mirror, tmp
     staged = vendor.stage(profile, tmp_path / "wheelhouse")
     assert sorted(p.name for p in staged) == sorted(FILES)
     monkeypatch.delenv("REPROKIT_VENDOR_MIRROR")
-    assert set(vendor.files(profile, tmp_path / "wheelhouse")) == {f"vendor/{profile.vendor.folder}/{n}" for n in FILES}
+    assert set(vendor.files(profile, tmp_path / "wheelhouse")) == {
+        f"vendor/{profile.vendor.folder}/{n}" for n in FILES
+    }

@@ -300,7 +300,9 @@ def devices_here(name: str) -> Devices:
     try:
         done = subprocess.run(listing.command, shell=True, capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        raise ReprokitError(f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in 30 s") from None
+        raise ReprokitError(
+            f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in 30 s"
+        ) from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise ReprokitError(

@@ -167,6 +167,8 @@ PROFILE_STEPS = {"warmup": 1, "active": 3}
 def profile_schedule(args: dict[str, Any]) -> dict[str, int]:
     """The --profile schedule of a cell with these trainer arguments."""
     return {"wait": int(args.get("throughput_warmup_steps") or 0), **PROFILE_STEPS}
+
+
 def left_out(recipe: Recipe, variant: Variant, accelerator: str, scale: str) -> str | None:
     """Why ``variant`` gives no cell on ``accelerator`` at ``scale``, in a phrase; None where it gives one."""
     if variant.accelerators is not None and accelerator not in variant.accelerators:
@@ -286,7 +288,9 @@ def expand(
                 beyond=variant.beyond,
                 roles=arguments.roles(recipe.trainer),
                 published_stack=dict(recipe.published_software.stack) if recipe.published_software else {},
-                published_stack_source=recipe.published_software.source if recipe.published_software else None,
+                published_stack_source=recipe.published_software.source
+                if recipe.published_software
+                else None,
                 profile=schedule,
             )
         )

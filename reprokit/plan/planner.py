@@ -36,7 +36,9 @@ def choose_scale(scale: str, accelerator: str) -> str:
     return "smoke" if accelerator == "cpu" else "published"
 
 
-def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) -> tuple[str, str, str | None]:
+def choose_runtime(
+    runtime: str, container: str, profile: accelerators.Profile
+) -> tuple[str, str, str | None]:
     """(runtime, container platform, why they were chosen when chosen automatically)."""
     from reprokit.run import containers, runtimes
 
@@ -51,7 +53,11 @@ def choose_runtime(runtime: str, container: str, profile: accelerators.Profile) 
     runtime_class = runtimes.REGISTRY.load(runtime)
     if container != "auto":
         if runtime_class.launches not in containers.REGISTRY.load(container).launches:
-            served = [n for n in containers.REGISTRY.names() if runtime_class.launches in containers.REGISTRY.load(n).launches]
+            served = [
+                n
+                for n in containers.REGISTRY.names()
+                if runtime_class.launches in containers.REGISTRY.load(n).launches
+            ]
             raise ReprokitError(f"the {runtime} runtime runs cells in {', '.join(served)}, not {container}")
         return runtime, container, None
     if not chosen_automatically and runtime_class.launches == "local":
@@ -94,7 +100,9 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
         found = "No accelerator" if accelerator == "cpu" else f"Accelerator {accelerator}"
         reason = f" ({why})" if why else ""
         inside = "" if container == "none" else f" in {container}"
-        messages.append(f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}.")
+        messages.append(
+            f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}."
+        )
     devices = request.devices
     names = request.recipes or recipes.available()
     loaded = {name: recipes.load(name) for name in names}
@@ -121,7 +129,16 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
                 # Repetition k of a cell reads repetition k of the cell it needs (same suffix).
                 again = f"{suffix}--r{repeat}" if request.repeat > 1 else suffix
                 for cell in expand(
-                    recipe, name, accelerator, scale, wanted, devices, count, again, real_data, request.profile
+                    recipe,
+                    name,
+                    accelerator,
+                    scale,
+                    wanted,
+                    devices,
+                    count,
+                    again,
+                    real_data,
+                    request.profile,
                 ):
                     cell.repeat, cell.repeats = repeat, request.repeat
                     cell.series_id = cell_id(cell.recipe, cell.variant, suffix)

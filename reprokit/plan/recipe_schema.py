@@ -103,7 +103,9 @@ SOFTWARE_KEYS: tuple[str, ...] = tuple(contract()["software_keys"])
 class PublishedSoftware(Strict):
     """The stack a publication ran, and the software behaviour of its published variants."""
 
-    source: str = Field(description="where these facts were read (a source of recipes/SOURCES.md, upstream code)")
+    source: str = Field(
+        description="where these facts were read (a source of recipes/SOURCES.md, upstream code)"
+    )
     stack: dict[str, str] = Field(
         default_factory=dict, description="framework and library versions, GPU generation: what ran then"
     )
@@ -129,7 +131,9 @@ class PublishedSoftware(Strict):
 def _check_software_keys(where: str, kernels: dict[str, str]) -> None:
     unknown = sorted(set(kernels) - set(SOFTWARE_KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown software key(s) {', '.join(unknown)}; known: {', '.join(SOFTWARE_KEYS)}")
+        raise ValueError(
+            f"{where}: unknown software key(s) {', '.join(unknown)}; known: {', '.join(SOFTWARE_KEYS)}"
+        )
 
 
 class Variant(Strict):
@@ -168,7 +172,9 @@ class Variant(Strict):
     def _known_software(self) -> Variant:
         _check_software_keys(f"variant {self.name!r} software", self.software)
         if self.beyond and self.references:
-            raise ValueError(f"variant {self.name!r} goes beyond the publication: it has no published references")
+            raise ValueError(
+                f"variant {self.name!r} goes beyond the publication: it has no published references"
+            )
         return self
 
 
@@ -296,8 +302,6 @@ class Recipe(Strict):
                 if name not in names:
                     raise ValueError(f"scales.{scale_name}.variants names unknown variant {name!r}")
         return self
-
-
 
 
 def trainer_module(trainer: str) -> str:

@@ -16,5 +16,3 @@ def one_line(source: str, error: ValidationError) -> str:
         parts.append(f"{location}: {message}")
     head = f"{source}: " + ("" if len(parts) == 1 else f"{len(parts)} problems: ")
     return head + "; ".join(parts)
-
-

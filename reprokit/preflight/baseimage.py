@@ -59,7 +59,9 @@ def parse(text: str) -> Facts:
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
-    first = {name: next((line.strip() for line in lines if line.strip()), "") for name, lines in sections.items()}
+    first = {
+        name: next((line.strip() for line in lines if line.strip()), "") for name, lines in sections.items()
+    }
     glibc = re.search(r"(\d+\.\d+)\s*$", first.get("glibc", ""))
     packages = {}
     for line in sections.get("pip", []):
@@ -95,7 +97,9 @@ class Comparison:
 
     confirmed: list[str] = field(default_factory=list)
     corrected: list[str] = field(default_factory=list)  # unverified facts the image shows otherwise
-    wrong: list[str] = field(default_factory=list)  # verified facts the image contradicts: the pins rest on them
+    wrong: list[str] = field(
+        default_factory=list
+    )  # verified facts the image contradicts: the pins rest on them
 
 
 def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -> Comparison:
@@ -107,7 +111,10 @@ def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -
     def judge(name: str, said: str, seen: str | None, same: bool) -> None:
         shown = seen if seen is not None else "absent"
         if same:
-            result.confirmed.append(f"{name} {said}" + (" (unverified in bases.yaml: now confirmed)" if normalized(name) in unverified else ""))
+            result.confirmed.append(
+                f"{name} {said}"
+                + (" (unverified in bases.yaml: now confirmed)" if normalized(name) in unverified else "")
+            )
         elif normalized(name) in unverified:
             result.corrected.append(f"{name} is {shown} here, bases.yaml says {said} (unverified)")
         else:
@@ -115,7 +122,12 @@ def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -
 
     judge("os", base.os, facts.os or None, bool(facts.os) and _same_os(base.os, facts.os))
     judge("glibc", base.glibc, facts.glibc or None, facts.glibc == base.glibc)
-    judge("python", base.python, facts.python or None, facts.python == base.python or facts.python.startswith(base.python + "."))
+    judge(
+        "python",
+        base.python,
+        facts.python or None,
+        facts.python == base.python or facts.python.startswith(base.python + "."),
+    )
     for name, version in base.ships.items():
         if normalized(name) in kit_layer:
             continue
@@ -124,7 +136,10 @@ def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -
     for key, value in base.env.items():
         seen = facts.env.get(key)
         judge(key, value, seen, seen == value)
-    for tool, said, seen in (("numactl", base.has_numactl, facts.numactl), ("compiler", base.has_compiler, facts.compiler)):
+    for tool, said, seen in (
+        ("numactl", base.has_numactl, facts.numactl),
+        ("compiler", base.has_compiler, facts.compiler),
+    ):
         if tool in kit_layer:
             continue
         shown = "present" if seen else "absent"

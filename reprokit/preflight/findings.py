@@ -49,9 +49,13 @@ class Report:
             if blocking:
                 found.append(Answer(cell, WOULD_NOT, f"{blocking[0].check}: {blocking[0].message}"))
             elif cell.scale != "published":
-                found.append(Answer(cell, NOT_JUDGED, f"{cell.scale} scale (by design: the machinery, not the figure)"))
+                found.append(
+                    Answer(cell, NOT_JUDGED, f"{cell.scale} scale (by design: the machinery, not the figure)")
+                )
             elif cell.beyond:
-                found.append(Answer(cell, JUDGED, f"by its speedup over {cell.beyond}, measured in the same session"))
+                found.append(
+                    Answer(cell, JUDGED, f"by its speedup over {cell.beyond}, measured in the same session")
+                )
             else:
                 found.append(Answer(cell, JUDGED, ""))
         return found
@@ -72,5 +76,7 @@ class Report:
         verdict_width = max((len(a.verdict) for a in answers), default=7)
         lines += ["", f"  {'cell':<{cell_width}}  {'verdict':<{verdict_width}}  because"]
         for answer in answers:
-            lines.append(f"  {answer.cell.cell_id:<{cell_width}}  {answer.verdict:<{verdict_width}}  {answer.because}".rstrip())
+            lines.append(
+                f"  {answer.cell.cell_id:<{cell_width}}  {answer.verdict:<{verdict_width}}  {answer.because}".rstrip()
+            )
         return "\n".join(lines)

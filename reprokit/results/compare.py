@@ -16,6 +16,7 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.results import store
+from reprokit.results.row import Row
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.
@@ -26,8 +27,8 @@ CHANGES = ("image_id", "kit_revision", "recipe_hash", "driver", "cuda", "torch",
 @dataclass
 class CellComparison:
     cell_id: str
-    a: dict[str, Any] | None
-    b: dict[str, Any] | None
+    a: Row | None
+    b: Row | None
     ratio: float | None
     verdict: str
     why: str = ""
@@ -42,37 +43,30 @@ class CellComparison:
 SINGLE = "one run on a side: its spread is unknown"
 
 
-def _range(row: dict[str, Any]) -> tuple[float, float]:
-    world = row.get("world_size") or 1
-    low = row.get("measured_min")
-    high = row.get("measured_max")
+def _range(row: Row) -> tuple[float, float]:
+    world = row.world_size or 1
+    low, high = row.measured_min, row.measured_max
     if low is None or high is None:
-        value = row["measured_per_device"]
+        value = row.measured_per_device or 0.0
         return value, value
     return low / world, high / world
 
 
-def repeated(row: dict[str, Any]) -> bool:
+def repeated(row: Row) -> bool:
     """Whether a row is the median of repeated runs (its min..max says how much a run varies)."""
-    return (row.get("repeats") or 0) > 1 and row.get("measured_min") is not None
+    return (row.repeats or 0) > 1 and row.measured_min is not None
 
 
-def judge(
-    a: dict[str, Any], b: dict[str, Any], threshold: float, noise: float | None = None
-) -> tuple[float | None, str, str]:
+def judge(a: Row, b: Row, threshold: float, noise: float | None = None) -> tuple[float | None, str, str]:
     """(B/A per device, verdict, why). With repeated runs on both sides, a change counts only when the
     two ranges (min..max) do not overlap, and beyond that only when it exceeds the threshold. Where a
     side ran once, `noise` (the run-to-run spread the user accepts) is the band; without it the
     verdict is the threshold's, said to rest on an unknown spread."""
-    if a.get("measured_per_device") is None or b.get("measured_per_device") is None:
-        return None, NOT_COMPARED, "no result in " + ("A" if a.get("measured_per_device") is None else "B")
-    if (a.get("definition") or "") != (b.get("definition") or ""):
-        return (
-            None,
-            NOT_COMPARED,
-            f"measured under different definitions ({a.get('definition')} vs {b.get('definition')})",
-        )
-    ratio = b["measured_per_device"] / a["measured_per_device"]
+    if a.measured_per_device is None or b.measured_per_device is None:
+        return None, NOT_COMPARED, "no result in " + ("A" if a.measured_per_device is None else "B")
+    if (a.definition or "") != (b.definition or ""):
+        return None, NOT_COMPARED, f"measured under different definitions ({a.definition} vs {b.definition})"
+    ratio = b.measured_per_device / a.measured_per_device
     changed = IMPROVED if ratio > 1 else REGRESSED
     if not (repeated(a) and repeated(b)):
         if noise is not None:
@@ -92,9 +86,9 @@ def judge(
     return ratio, changed, ""
 
 
-def judge_energy(a: dict[str, Any], b: dict[str, Any], threshold: float) -> tuple[float | None, str]:
+def judge_energy(a: Row, b: Row, threshold: float) -> tuple[float | None, str]:
     """(B/A samples per joule, verdict): compared only where both runs measured energy."""
-    a_value, b_value = a.get("samples_per_joule"), b.get("samples_per_joule")
+    a_value, b_value = a.samples_per_joule, b.samples_per_joule
     if not a_value or not b_value:
         return None, NOT_COMPARED
     ratio = b_value / a_value
@@ -108,8 +102,8 @@ def compare(
 ) -> tuple[Path, Path, list[CellComparison]]:
     """Every cell of either session, matched by cell id."""
     a_dir, b_dir = store.resolve_session(results, first), store.resolve_session(results, second)
-    a_rows = {r["cell_id"]: r for r in store.rows_of(a_dir)}
-    b_rows = {r["cell_id"]: r for r in store.rows_of(b_dir)}
+    a_rows = {r.cell_id: r for r in store.rows_of(a_dir)}
+    b_rows = {r.cell_id: r for r in store.rows_of(b_dir)}
     found = []
     for cell_id in dict.fromkeys([*a_rows, *b_rows]):
         a, b = a_rows.get(cell_id), b_rows.get(cell_id)
@@ -123,8 +117,16 @@ def compare(
         energy_ratio, energy_verdict = judge_energy(a, b, threshold)
         found.append(
             CellComparison(
-                cell_id, a, b, ratio, verdict, why, changes(a, b),
-                energy_ratio=energy_ratio, energy_verdict=energy_verdict, single=single,
+                cell_id,
+                a,
+                b,
+                ratio,
+                verdict,
+                why,
+                changes(a, b),
+                energy_ratio=energy_ratio,
+                energy_verdict=energy_verdict,
+                single=single,
             )  # fmt: skip
         )
     return a_dir, b_dir, found
@@ -142,9 +144,9 @@ def gate(found: list[CellComparison], limit: float, noise: float | None) -> list
     return [x for x in found if x.verdict == REGRESSED and x.ratio is not None and 1 - x.ratio > limit]
 
 
-def changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def changes(a: Row, b: Row) -> dict[str, tuple[Any, Any]]:
     """What differs between the two runs: provenance first, then hardware (clocks, power cap, ...)."""
-    pa, pb = dict(a.get("provenance") or {}), dict(b.get("provenance") or {})
+    pa, pb = a.provenance, b.provenance
     keys = [*CHANGES, *sorted(k for k in {*pa, *pb} if k.startswith("hw_"))]
     return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
 
@@ -156,7 +158,15 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
     styles = {REGRESSED: "red", IMPROVED: "green", SAME: "", NOT_COMPARED: "yellow"}
     view = Table(title=f"A = {first.name}, B = {second.name} (per device)")
     energy = any(x.energy_ratio is not None for x in found)
-    for column in ("cell", "A", "B", "B/A", "verdict", *(["samples/J B/A"] if energy else []), "what changed"):
+    for column in (
+        "cell",
+        "A",
+        "B",
+        "B/A",
+        "verdict",
+        *(["samples/J B/A"] if energy else []),
+        "what changed",
+    ):
         view.add_column(column, overflow="fold")
     everywhere = _common_changes(found)
     for x in found:
@@ -180,12 +190,12 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         )
 
 
-def _per_device(row: dict[str, Any] | None) -> str:
-    if row is None or row.get("measured_per_device") is None:
+def _per_device(row: Row | None) -> str:
+    if row is None or row.measured_per_device is None:
         return "-"
     low, high = _range(row)
     spread = f" [{low:,.2f}..{high:,.2f}]" if low != high else ""
-    return f"{row['measured_per_device']:,.2f}{spread}"
+    return f"{row.measured_per_device:,.2f}{spread}"
 
 
 def _common_changes(found: list[CellComparison]) -> dict[str, tuple[Any, Any]]:

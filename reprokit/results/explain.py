@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reprokit.results import verdicts
+from reprokit.results import ratios, verdicts
+from reprokit.results.row import Row
 
 SHARES = ("data_wait", "compute", "communication", "other")
 # How a sentence names the time each share stands for.
@@ -22,10 +23,8 @@ DOING = {
     "other": "elsewhere (logging, synchronizing, the loop's own work)",
 }
 SHORT = {"data_wait": "data wait", "compute": "compute", "communication": "communication", "other": "other"}
-ENERGY_COLUMNS = ["samples_per_joule", "energy_joules", "power_mean_w", "power_peak_w", "utilization_mean", "energy"]
-# results.csv's columns from here: the window's shares, then energy, then the trace.
-COLUMNS = [*(f"{share}_share" for share in SHARES), *ENERGY_COLUMNS, "trace"]
-TEXT_COLUMNS = ("energy", "trace")
+# The summary.json fields that are result columns as they are.
+ENERGY_FIELDS = ["samples_per_joule", "energy_joules", "power_mean_w", "power_peak_w", "utilization_mean"]
 OPEN_TRACE = (
     "open it in Perfetto (https://ui.perfetto.dev, Open trace file) or chrome://tracing, or in TensorBoard "
     "(pip install torch-tb-profiler; tensorboard --logdir {folder})"
@@ -42,8 +41,8 @@ class Line(NamedTuple):
 
 
 def columns(extra: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """A result row's explaining columns from a summary.json's fields (``extra``), plus the breakdown and
-    profile records the report reads (not CSV columns)."""
+    """A result row's explaining fields (Row's `<share>_share`, energy and trace columns, and the
+    breakdown and profile records the report reads) from a summary.json's fields (``extra``)."""
     breakdown = extra.get("breakdown") if isinstance(extra.get("breakdown"), dict) else None
     energy = extra.get("energy")
     if isinstance(energy, dict):
@@ -51,14 +50,15 @@ def columns(extra: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     profile = extra.get("profile") if isinstance(extra.get("profile"), dict) else None
     trace = f"runs/{run_dir.name}/{profile['trace']}" if profile and profile.get("trace") else None
     found: dict[str, Any] = {f"{share}_share": (breakdown or {}).get(share) for share in SHARES}
-    found.update({name: extra.get(name) for name in ENERGY_COLUMNS[:-1]})
+    found.update({name: extra.get(name) for name in ENERGY_FIELDS})
     found.update(energy=energy, trace=trace, breakdown=breakdown, profile=profile)
     return found
 
 
-def shares(row: dict[str, Any]) -> dict[str, float]:
+def shares(row: Row) -> dict[str, float]:
     """The shares a row's run timed (a share it could not time is left out)."""
-    return {share: row[f"{share}_share"] for share in SHARES if isinstance(row.get(f"{share}_share"), int | float)}
+    found = {share: getattr(row, f"{share}_share") for share in SHARES}
+    return {share: value for share, value in found.items() if isinstance(value, int | float)}
 
 
 def percent(value: float) -> str:
@@ -69,21 +69,19 @@ def _largest(found: dict[str, float]) -> str:
     return max(found, key=lambda share: found[share])
 
 
-def _baseline(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    group = row.get("group") or "main"
-    return next(
-        (r for r in rows if r.get("baseline") and (r.get("group") or "main") == group and r is not row), None
-    )
+def _baseline(row: Row, rows: list[Row]) -> Row | None:
+    found = ratios.baselines(rows).get(ratios.group(row))
+    return found if found is not row else None
 
 
-def cell_sentence(row: dict[str, Any], rows: list[dict[str, Any]]) -> str | None:
+def cell_sentence(row: Row, rows: list[Row]) -> str | None:
     """One sentence that reads a cell's breakdown: its shares, largest first; beside its group's
     baseline, the share where the two differ most; for a `slower` verdict, its largest share and the
     baseline's share of the same."""
     found = shares(row)
     if not found:
         return None
-    name = row.get("variant") or row.get("cell_id") or "-"
+    name = row.variant or row.cell_id or "-"
     ordered = sorted(found, key=lambda share: -found[share])
     sentence = f"{name} spends " + ", ".join(f"{percent(found[s])} of its measured window {DOING[s]}" if i == 0
                                              else f"{percent(found[s])} {DOING[s]}"
@@ -94,21 +92,23 @@ def cell_sentence(row: dict[str, Any], rows: list[dict[str, Any]]) -> str | None
     common = [s for s in found if s in theirs and s != "compute"] or [s for s in found if s in theirs]
     if common:
         widest = max(common, key=lambda share: abs(found[share] - theirs[share]))
-        sentence += f"; the baseline {baseline['variant']} {percent(theirs[widest])} {DOING[widest]}"
+        sentence += f"; the baseline {baseline.variant} {percent(theirs[widest])} {DOING[widest]}"
     sentence += "."
-    if row.get("verdict") == verdicts.SLOWER:
+    if row.verdict == verdicts.SLOWER:
         largest = _largest(found)
-        sentence += f" Slower than published: its largest share is {SHORT[largest]} ({percent(found[largest])})"
+        sentence += (
+            f" Slower than published: its largest share is {SHORT[largest]} ({percent(found[largest])})"
+        )
         if baseline and largest in theirs:
-            sentence += f", {percent(theirs[largest])} in its group's baseline {baseline['variant']}"
+            sentence += f", {percent(theirs[largest])} in its group's baseline {baseline.variant}"
         sentence += "."
     return sentence
 
 
-def comparison_sentence(rows: list[dict[str, Any]], share: str = "data_wait") -> str | None:
+def comparison_sentence(rows: list[Row], share: str = "data_wait") -> str | None:
     """One share across a recipe's cells, as the publications tell their stories ("workers0 spends 41%
     of its window waiting for data; workers2 3%")."""
-    timed = [(r.get("variant") or r.get("cell_id"), shares(r)[share]) for r in rows if share in shares(r)]
+    timed = [(r.variant or r.cell_id, shares(r)[share]) for r in rows if share in shares(r)]
     if len(timed) < 2:
         return None
     (first, value), rest = timed[0], timed[1:]
@@ -117,22 +117,22 @@ def comparison_sentence(rows: list[dict[str, Any]], share: str = "data_wait") ->
     ) + "."  # fmt: skip
 
 
-def trace_text(row: dict[str, Any]) -> tuple[str, str, str] | None:
+def trace_text(row: Row) -> tuple[str, str, str] | None:
     """(the link's text, its target, what follows it) for a cell with a trace."""
-    trace = row.get("trace")
+    trace = row.trace
     if not trace:
         return None
-    steps = (row.get("profile") or {}).get("steps") or []
+    steps = (row.profile or {}).get("steps") or []
     which = f" of steps {steps[0]}-{steps[1]}" if len(steps) == 2 else ""
     folder = str(Path(trace).parent)
     return (
-        f"{row.get('variant') or row.get('cell_id')}: trace{which}",
+        f"{row.variant or row.cell_id}: trace{which}",
         trace,
         f" (Kineto Chrome-trace JSON, gzipped): {OPEN_TRACE.format(folder=folder)}.",
     )
 
 
-def reading(rows: list[dict[str, Any]]) -> list[Line]:
+def reading(rows: list[Row]) -> list[Line]:
     """What a recipe's breakdown says (under its plot): the data-wait story across cells, then a
     sentence per cell."""
     out: list[Line] = []
@@ -142,7 +142,7 @@ def reading(rows: list[dict[str, Any]]) -> list[Line]:
         if story:
             out.append(Line("p", story))
         out += [Line("p", s) for s in sentences]
-        basis = sorted({(r.get("breakdown") or {}).get("basis") for r in rows} - {None})
+        basis = sorted({(r.breakdown or {}).get("basis") for r in rows} - {None})
         out.append(
             Line(
                 "note",
@@ -155,20 +155,20 @@ def reading(rows: list[dict[str, Any]]) -> list[Line]:
     return out
 
 
-def energy_and_traces(rows: list[dict[str, Any]]) -> list[Line]:
+def energy_and_traces(rows: list[Row]) -> list[Line]:
     """A recipe's energy per sample where measured (or why not), and links to its traces."""
     out: list[Line] = []
-    unmeasured = sorted({r["energy"] for r in rows if str(r.get("energy") or "").startswith("unavailable")})
-    if any(r.get("samples_per_joule") for r in rows):
+    unmeasured = sorted({r.energy for r in rows if r.energy and r.energy.startswith("unavailable")})
+    if any(r.samples_per_joule for r in rows):
         out.append(Line("h3", "Energy"))
         out += [
             Line(
                 "p",
-                f"{r['variant']}: {r['samples_per_joule']:.3g} samples/J ({r['energy_joules']:.4g} J, "
-                f"mean {r.get('power_mean_w') or 0:.4g} W) from {r['energy']}.",
+                f"{r.variant}: {r.samples_per_joule:.3g} samples/J ({r.energy_joules or 0:.4g} J, "
+                f"mean {r.power_mean_w or 0:.4g} W) from {r.energy}.",
             )
             for r in rows
-            if r.get("samples_per_joule")
+            if r.samples_per_joule
         ]
     elif unmeasured:
         out.append(Line("p", f"Energy: {'; '.join(unmeasured)}."))

@@ -21,6 +21,7 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.results import collect
+from reprokit.results.row import Row
 from reprokit.run import rundirs
 
 EXPERIMENT = "reprokit"
@@ -58,11 +59,11 @@ def _experiment(client, artifact_location: str | None) -> str:
     return client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
 
 
-def _params(row: dict[str, Any], cell: dict[str, Any]) -> dict[str, str]:
+def _params(row: Row, cell: dict[str, Any]) -> dict[str, str]:
     flat = {f"arg.{k}": v for k, v in (cell.get("args") or {}).items()}
     flat.update(
         {
-            k: row.get(k)
+            k: getattr(row, k)
             for k in ("recipe", "variant", "scale", "accelerator", "devices", "nodes", "definition")
         }
     )
@@ -73,15 +74,13 @@ def _params(row: dict[str, Any], cell: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _tags(row: dict[str, Any], session: str) -> dict[str, str]:
+def _tags(row: Row, session: str) -> dict[str, str]:
     tags = {
         "reprokit.run.session": session,
-        "reprokit.cell": row["cell_id"],
-        "reprokit.verdict": str(row.get("verdict")),
+        "reprokit.cell": str(row.cell_id),
+        "reprokit.verdict": str(row.verdict),
     }
-    tags.update(
-        {f"provenance.{k}": str(v) for k, v in (row.get("provenance") or {}).items() if v is not None}
-    )
+    tags.update({f"provenance.{k}": str(v) for k, v in row.provenance.items() if v is not None})
     return tags
 
 
@@ -139,12 +138,12 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
         client.set_terminated(parent.info.run_id)
         found.made.append(parent.info.run_id)
     for row in table:
-        if row["cell_id"] in existing or not row.get("run_dir"):
+        if row.cell_id in existing or not row.run_dir:
             continue
-        run_dir = session_dir / "runs" / row["run_dir"]
+        run_dir = session_dir / "runs" / row.run_dir
         cell = rundirs.read_json(run_dir / rundirs.FILES["cell"]) or {}
         tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id}
-        run = client.create_run(experiment, run_name=row["cell_id"], tags=tags)
+        run = client.create_run(experiment, run_name=row.cell_id, tags=tags)
         run_id = run.info.run_id
         for key, value in _params(row, cell).items():
             client.log_param(run_id, key, value)
@@ -154,9 +153,10 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
                     client.log_metric(run_id, metric, float(step[metric]), step=int(step["step"]))
         for metric in ("measured", "measured_per_device", "ratio_per_device", "measured_after_warmup",
                        "measured_whole_run", "measured_gaudi_trainer", "mfu", "peak_memory_bytes"):  # fmt: skip
-            if isinstance(row.get(metric), int | float):
-                client.log_metric(run_id, f"result.{metric}", float(row[metric]))
+            value = getattr(row, metric)
+            if isinstance(value, int | float):
+                client.log_metric(run_id, f"result.{metric}", float(value))
         # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
-        client.set_terminated(run_id, status="FINISHED" if row.get("status") == "ok" else "FAILED")
+        client.set_terminated(run_id, status="FINISHED" if row.status == "ok" else "FAILED")
         found.made.append(run_id)
     return found

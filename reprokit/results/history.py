@@ -16,20 +16,39 @@ from typing import Any
 from reprokit.results import pages, store
 from reprokit.results.pages import Block
 from reprokit.results.plots import DPI, Plot
+from reprokit.results.row import Row
 from reprokit.run import files, session
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "host", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
 HEADERS = {"started_at": "started (UTC)"}
+# The columns an entry holds itself; the others are its row's.
+OWN = ("session", "started_at", "host")
 # The terminal table: a value longer than this is cut (history.html has it whole).
 CELL_WIDTH = 40
 # Series named in a plot's legend; the others are drawn, and counted in the caption.
 LEGEND_SERIES = 12
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One cell of one session, placed in time: the table's columns and what the plots need."""
+
+    session: str
+    session_started: datetime
+    # When the cell started, in UTC ("2025-01-01 10:00:05").
+    started_at: str | None
+    host: str | None
+    row: Row
+
+    def value(self, column: str) -> Any:
+        """A column of the table: the entry's own (session, started_at in UTC, host), else its row's."""
+        return getattr(self, column) if column in OWN else getattr(self.row, column)
+
+
 @dataclass
 class History:
-    rows: list[dict[str, Any]]
+    rows: list[Entry]
     skipped_line: str | None
     sessions: int
 
@@ -50,43 +69,31 @@ def read(
     for item in found.sessions:
         mine = []
         for r in item.rows:
-            if r.get("status") not in ("ok", "partial"):
+            if r.status not in ("ok", "partial"):
                 continue
-            if recipe and r.get("recipe") != recipe:
+            if recipe and r.recipe != recipe:
                 continue
-            if cell and cell not in (r.get("cell_id") or ""):
+            if cell and cell not in (r.cell_id or ""):
                 continue
-            names = f"{r.get('device_name') or ''}\n{r.get('device') or ''}".lower()
+            names = f"{r.device_name or ''}\n{r.device or ''}".lower()
             if wanted_device and wanted_device not in names:
                 continue
-            mine.append(
-                {
-                    **{k: r.get(k) for k in COLUMNS},
-                    "recipe": r.get("recipe"),
-                    "variant": r.get("variant"),
-                    "device": r.get("device"),
-                    "verdict_reasons": r.get("verdict_reasons"),
-                    "session": item.name,
-                    "session_started": item.started,
-                    "started_at": _utc(r.get("started_at")),
-                    "host": (r.get("provenance") or {}).get("hostname"),
-                }
-            )
-        table += sorted(mine, key=lambda r: (r["started_at"] or "", r.get("cell_id") or ""))
+            mine.append(Entry(item.name, item.started, _utc(r.started_at), r.provenance.get("hostname"), r))
+        table += sorted(mine, key=lambda e: (e.started_at or "", e.row.cell_id or ""))
     return History(table, found.skipped_line(), len(found.sessions))
 
 
-def _series(mine: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """A cell's rows by (device, host), each in time order."""
-    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in mine:
-        found.setdefault((r.get("device_name") or "?", r.get("host") or "?"), []).append(r)
+def _series(mine: list[Entry]) -> dict[tuple[str, str], list[Entry]]:
+    """A cell's entries by (device, host), each in time order."""
+    found: dict[tuple[str, str], list[Entry]] = {}
+    for e in mine:
+        found.setdefault((e.row.device_name or "?", e.host or "?"), []).append(e)
     for points in found.values():
-        points.sort(key=lambda r: r["session_started"])
+        points.sort(key=lambda e: e.session_started)
     return found
 
 
-def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
+def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     """A cell's figure: per device, samples/s of each session at the time it started (a date axis, so
     5,000 sessions read as a line, and sessions on two hosts interleave as they happened); returns
     the figure and how many series the legend leaves out."""
@@ -101,8 +108,8 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
     series = sorted(_series(mine).items(), key=lambda kv: -len(kv[1]))
     many = len(mine) > 200
     for index, ((device, host), points) in enumerate(series):
-        xs = [r["session_started"] for r in points]
-        ys = [r["measured_per_device"] for r in points]
+        xs = [e.session_started for e in points]
+        ys = [e.row.measured_per_device for e in points]
         label = f"{device} on {host}" if index < LEGEND_SERIES else None
         # Thousands of sessions read as a band of points; a line through them would be a scribble.
         style = (
@@ -112,7 +119,7 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
         )
         (line,) = ax.plot(xs, ys, marker="o", label=label, **style)
         spread = [
-            (x, y, r["spread"] * y / 2) for x, y, r in zip(xs, ys, points, strict=True) if r.get("spread")
+            (x, y, e.row.spread * y / 2) for x, y, e in zip(xs, ys, points, strict=True) if e.row.spread
         ]
         if spread:
             sx, sy, se = zip(*spread, strict=True)
@@ -121,7 +128,7 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator, tz=timezone.utc))
     ax.set_xlabel("session start (UTC)", fontsize=8)
-    ax.set_ylabel(f"{mine[0].get('unit') or 'samples/s'} per device")
+    ax.set_ylabel(f"{mine[0].row.unit or 'samples/s'} per device")
     ax.set_title(f"{cell_id} over sessions", fontsize=10)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(alpha=0.3)
@@ -129,13 +136,13 @@ def figure(cell_id: str, mine: list[dict[str, Any]]) -> tuple[Any, int]:
     return fig, max(0, len(series) - LEGEND_SERIES)
 
 
-def plots(table: list[dict[str, Any]], folder: Path) -> list[Plot]:
+def plots(table: list[Entry], folder: Path) -> list[Plot]:
     """Per cell, its per-device figure session after session, as PNG files in `folder`."""
     from reprokit.results.plots import slug
 
     drawn = []
-    for cell_id in dict.fromkeys(r["cell_id"] for r in table):
-        mine = [r for r in table if r["cell_id"] == cell_id and r.get("measured_per_device") is not None]
+    for cell_id in dict.fromkeys(e.row.cell_id for e in table):
+        mine = [e for e in table if e.row.cell_id == cell_id and e.row.measured_per_device is not None]
         if not mine:
             continue
         fig, unnamed = figure(cell_id, mine)
@@ -148,7 +155,7 @@ def plots(table: list[dict[str, Any]], folder: Path) -> list[Plot]:
     return drawn
 
 
-def write(results: Path, table: list[dict[str, Any]]) -> Path:
+def write(results: Path, table: list[Entry]) -> Path:
     """history.html in the results folder: the table and a plot per cell, in one self-contained file
     (the plots are drawn in a temporary folder and embedded; nothing else is written)."""
     with tempfile.TemporaryDirectory(prefix="reprokit-history-") as scratch:
@@ -157,9 +164,9 @@ def write(results: Path, table: list[dict[str, Any]]) -> Path:
             Block("h1", f"reprokit history: {results}"),
             Block(
                 "p",
-                f"{len({r['session'] for r in table})} sessions, {len({r['cell_id'] for r in table})} cells.",
+                f"{len({e.session for e in table})} sessions, {len({e.row.cell_id for e in table})} cells.",
             ),
-            Block("table", headers=_headers(), rows=[[_text(r.get(c)) for c in COLUMNS] for r in table]),
+            Block("table", headers=_headers(), rows=[[_text(e.value(c)) for c in COLUMNS] for e in table]),
         ]
         for plot in drawn:
             content += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
@@ -181,14 +188,14 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def table_text(table: list[dict[str, Any]], width: int = CELL_WIDTH) -> str:
+def table_text(table: list[Entry], width: int = CELL_WIDTH) -> str:
     """The table as plain aligned columns: thousands of rows print in milliseconds (a rich table
     measures every cell to lay them out)."""
 
     def cut(text: str) -> str:
         return text if len(text) <= width else text[: width - 1] + "…"
 
-    cells = [[cut(_text(r.get(c))) for c in COLUMNS] for r in table]
+    cells = [[cut(_text(e.value(c))) for c in COLUMNS] for e in table]
     headers = _headers()
     sizes = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
     lines = [
@@ -200,6 +207,6 @@ def table_text(table: list[dict[str, Any]], width: int = CELL_WIDTH) -> str:
     return "\n".join(lines)
 
 
-def print_table(table: list[dict[str, Any]]) -> None:
+def print_table(table: list[Entry]) -> None:
     # Flushed: the table is the answer, shown before the page's plots are drawn.
     print(table_text(table), flush=True)

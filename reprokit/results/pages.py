@@ -116,7 +116,9 @@ def html(title: str, blocks: list[Block]) -> str:
         elif block.kind == "plot" and block.plot is not None:
             parts.append(f"<figure>{_embed(block.plot)}</figure>")
         elif block.kind == "link":
-            parts.append(f'<p><a href="{escape(block.href)}">{escape(block.text)}</a>{escape(block.tail)}</p>')
+            parts.append(
+                f'<p><a href="{escape(block.href)}">{escape(block.text)}</a>{escape(block.tail)}</p>'
+            )
         elif block.kind == "table":
             head = "".join(f"<th>{escape(h)}</th>" for h in block.headers or [])
             body = "".join(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.results import explain, verdicts
+from reprokit.results.row import Row
 from reprokit.run import files, rundirs
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
@@ -147,23 +148,21 @@ def save(fig: Any, session_dir: Path, name: str) -> Path:
     return files.write_bytes(path, image.getvalue())
 
 
-def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """Measured samples/s per device, per variant, beside the published bars of each device."""
-    measured = [r for r in rows if r.get("measured_per_device") is not None]
+    measured = [r for r in rows if r.measured_per_device is not None]
     if not measured:
         return None
     plt = pyplot()
-    variants = [r["variant"] for r in rows]
-    comparable = all(r.get("scale") == "published" for r in rows)
-    published: dict[str, dict[str, float]] = {}  # device -> variant -> per-device figure
+    variants = [r.variant for r in rows]
+    comparable = all(r.scale == "published" for r in rows)
+    published: dict[str, dict[str | None, float | None]] = {}  # device -> variant -> per-device figure
     if comparable:
         for r in rows:
-            for ref in verdicts.all_references(r):
+            for ref in r.all_references():
                 if ref.get("value") is not None:
-                    published.setdefault(ref["device"], {})[r["variant"]] = verdicts.per_device(ref)
-    series = [
-        (f"measured ({_device_label(measured)})", {r["variant"]: r["measured_per_device"] for r in measured})
-    ]
+                    published.setdefault(ref["device"], {})[r.variant] = verdicts.per_device(ref)
+    series = [(f"measured ({_device_label(measured)})", {r.variant: r.measured_per_device for r in measured})]
     series += [(f"published {device}", values) for device, values in published.items()]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(variants) + 2), 4.2))
@@ -173,11 +172,8 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
         color = MEASURED_COLOR if i == 0 else PUBLISHED_COLORS[(i - 1) % len(PUBLISHED_COLORS)]
         bars = ax.bar(xs, ys, width, label=label, color=color, edgecolor="black", linewidth=0.4)
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
-    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
-    ticks = [
-        v if r.get("status") == "ok" else f"{v} ({r.get('status')})"
-        for v, r in zip(variants, rows, strict=True)
-    ]
+    unit = _unit(rows)
+    ticks = [v if r.status == "ok" else f"{v} ({r.status})" for v, r in zip(variants, rows, strict=True)]
     ax.set_xticks(range(len(variants)), ticks, rotation=20, ha="right")
     ax.set_ylabel(f"{unit} per device")
     scale_note = "" if comparable else " (smoke scale: published bars omitted, not comparable)"
@@ -190,15 +186,13 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) 
         "none), divided by the number of devices; published figures are whole-node numbers divided by "
         "their device count."
     )
-    unjudged = sorted(
-        {r.get("verdict_reasons") for r in rows if r.get("verdict") == verdicts.NOT_COMPARABLE} - {None}
-    )
+    unjudged = sorted({r.verdict_reasons for r in rows if r.verdict == verdicts.NOT_COMPARABLE} - {None})
     if comparable and unjudged:
         caption += f" Not comparable here: {'; '.join(unjudged)}."
     return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
 
 
-def breakdown_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """A stacked bar per cell: the shares of its measured window, in the throughput plot's order, with
     the cell's measured figure per device above it."""
     timed = [r for r in rows if explain.shares(r)]
@@ -217,11 +211,11 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -
         ax.bar_label(bars, labels=[f"{v:.0%}" if v >= 0.05 else "" for v in values], label_type="center",
                      fontsize=7, color="white" if share != "other" else "black")  # fmt: skip
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
+    unit = _unit(rows)
     for x, r in zip(xs, timed, strict=True):
-        if r.get("measured_per_device") is not None:
-            ax.annotate(f"{r['measured_per_device']:.3g} {unit}", (x, 1.01), ha="center", fontsize=7)
-    ax.set_xticks(list(xs), [r["variant"] for r in timed], rotation=20, ha="right")
+        if r.measured_per_device is not None:
+            ax.annotate(f"{r.measured_per_device:.3g} {unit}", (x, 1.01), ha="center", fontsize=7)
+    ax.set_xticks(list(xs), [r.variant for r in timed], rotation=20, ha="right")
     ax.set_ylim(0, 1.1)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_ylabel("share of the measured window")
@@ -236,40 +230,44 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -
     return Plot(recipe, name, f"{recipe}: where the time went", caption, save(fig, session_dir, name))
 
 
-def energy_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+def energy_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """Samples per joule per cell, where the hardware reported energy."""
-    measured = [r for r in rows if r.get("samples_per_joule")]
+    measured = [r for r in rows if r.samples_per_joule]
     if not measured:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(measured) + 2), 3.8))
-    bars = ax.bar(range(len(measured)), [r["samples_per_joule"] for r in measured], 0.6, color=MEASURED_COLOR,
+    bars = ax.bar(range(len(measured)), [r.samples_per_joule for r in measured], 0.6, color=MEASURED_COLOR,
                   edgecolor="black", linewidth=0.4)  # fmt: skip
     ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
-    ax.set_xticks(range(len(measured)), [r["variant"] for r in measured], rotation=20, ha="right")
+    ax.set_xticks(range(len(measured)), [r.variant for r in measured], rotation=20, ha="right")
     ax.set_ylabel("samples per joule")
     ax.set_title(f"{recipe}: samples per joule (measured window)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     name = f"energy-{slug(recipe)}.png"
-    sources = sorted({str(r.get("energy")) for r in measured})
+    sources = sorted({str(r.energy) for r in measured})
     caption = f"The samples of the measured window over the energy its devices drew: {'; '.join(sources)}."
     return Plot(recipe, name, f"{recipe}: samples per joule", caption, save(fig, session_dir, name))
 
 
-def _device_label(rows: list[dict[str, Any]]) -> str:
-    names = sorted({str(r.get("device_name") or r.get("device") or "this machine") for r in rows})
-    worlds = sorted({int(r.get("world_size") or 1) for r in rows})
+def _device_label(rows: list[Row]) -> str:
+    names = sorted({str(r.device_name or r.device or "this machine") for r in rows})
+    worlds = sorted({int(r.world_size or 1) for r in rows})
     return f"{', '.join(names)}, {'/'.join(map(str, worlds))} device(s)"
 
 
-def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+def _unit(rows: list[Row]) -> str:
+    return next((r.unit for r in rows if r.unit), "samples/s")
+
+
+def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """samples/s and loss per logging step, one line per variant."""
     curves = {
-        r["variant"] if r.get("status") == "ok" else f"{r['variant']} ({r.get('status')})": read_curves(
-            session_dir / "runs" / r["run_dir"]
+        r.variant if r.status == "ok" else f"{r.variant} ({r.status})": read_curves(
+            session_dir / "runs" / r.run_dir
         )
         for r in rows
-        if r.get("run_dir")
+        if r.run_dir
     }
     curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
     if not curves:
@@ -281,7 +279,7 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
             if c[key]:
                 steps, values = zip(*c[key], strict=True)
                 ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.2, label=variant)
-    unit = next((r.get("unit") for r in rows if r.get("unit")), "samples/s")
+    unit = _unit(rows)
     left.set_title(f"{recipe}: {unit} per logging interval (all devices)", fontsize=10)
     right.set_title(f"{recipe}: training loss", fontsize=10)
     for ax in (left, right):
@@ -294,30 +292,28 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
     return Plot(recipe, name, f"{recipe}: training curves", caption, save(fig, session_dir, name))
 
 
-def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> Plot | None:
+def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """Each variant's speedup over the baseline: measured in this session beside the published one."""
-    if not any(r.get("baseline") for r in rows):
+    if not any(r.baseline for r in rows):
         return None
-    rungs = [
-        r for r in rows if r.get("measured_speedup") is not None or r.get("published_speedup") is not None
-    ]
+    rungs = [r for r in rows if r.measured_speedup is not None or r.published_speedup is not None]
     if len(rungs) < 2:
         return None
     plt = pyplot()
-    labels = [r["variant"] for r in rungs]
+    labels = [r.variant for r in rungs]
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(rungs) + 1.6))
     ys = range(len(rungs))
     for offset, key, label, color in (
         (-0.2, "measured_speedup", "measured (this session)", MEASURED_COLOR),
         (0.2, "published_speedup", "published", PUBLISHED_COLORS[0]),
     ):
-        values = [r.get(key) or 0.0 for r in rungs]
+        values = [getattr(r, key) or 0.0 for r in rungs]
         bars = ax.barh(
             [y + offset for y in ys], values, 0.4, label=label, color=color, edgecolor="black", linewidth=0.4
         )
         ax.bar_label(bars, labels=[f"{v:.2f}x" if v else "" for v in values], fontsize=7, padding=2)
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
-    largest = max([r.get(k) or 0.0 for r in rungs for k in ("measured_speedup", "published_speedup")] + [1.0])
+    largest = max([v or 0.0 for r in rungs for v in (r.measured_speedup, r.published_speedup)] + [1.0])
     ax.set_xlim(0, largest * 1.15)  # room for the bar labels
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
@@ -326,22 +322,22 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[dict[str, Any]]) -> P
     ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / len(rungs)))
     ax.grid(axis="x", alpha=0.3)
     name = f"ladder-{slug(recipe)}.png"
-    devices = sorted({r["speedup_reference_device"] for r in rungs if r.get("speedup_reference_device")})
+    devices = sorted({r.speedup_reference_device for r in rungs if r.speedup_reference_device})
     caption = "Ratios measured in one session hold across machines where absolute numbers do not." + (
         f" Published ratios derived from the {', '.join(devices)} figures." if devices else ""
     )
     return Plot(recipe, name, f"{recipe}: speedup ladder", caption, save(fig, session_dir, name))
 
 
-def draw(session_dir: Path, table: list[dict[str, Any]]) -> list[Plot]:
+def draw(session_dir: Path, table: list[Row]) -> list[Plot]:
     """Every plot of a session, written as PNG files into its folder (old ones removed first)."""
     for old in session_dir.glob("*.png"):
         if old.name.startswith(("throughput-", "breakdown-", "energy-", "curves-", "ladder-")):
             old.unlink()
     plots: list[Plot] = []
-    recipes = list(dict.fromkeys(r["recipe"] for r in table if r.get("recipe")))
+    recipes = list(dict.fromkeys(r.recipe for r in table if r.recipe))
     for recipe in recipes:
-        rows = [r for r in table if r.get("recipe") == recipe]
+        rows = [r for r in table if r.recipe == recipe]
         for maker in (throughput_plot, breakdown_plot, energy_plot, ladder_plot, curves_plot):
             plot = maker(session_dir, recipe, rows)
             if plot is not None:

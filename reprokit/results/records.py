@@ -151,4 +151,6 @@ def read(run_dir: Path) -> RunRecord:
         or _mtime(run_dir / FILES["cell"])
     )
     status = _status(run_dir, summary)
-    return RunRecord(run_dir=run_dir, cell=cell, sysinfo=sysinfo, summary=summary, status=status, started_at=started)
+    return RunRecord(
+        run_dir=run_dir, cell=cell, sysinfo=sysinfo, summary=summary, status=status, started_at=started
+    )

@@ -7,20 +7,19 @@ ran with. A reader sees both at once: what a reproduction on today's stack is me
 
 from __future__ import annotations
 
-from typing import Any
-
 from reprokit.results.pages import Block
+from reprokit.results.row import Row
 
 NOT_RECORDED = "-"
 
 
-def ran_version(key: str, row: dict[str, Any]) -> str:
+def ran_version(key: str, row: Row) -> str:
     """What a run recorded for a stack entry: ``gpu`` is the device it ran on; a package is its
     version (``not installed``), looked up by its name or, where the publication names a product
     (``dali``), by the package that carries it (``nvidia-dali-cuda120 1.52``)."""
     if key == "gpu":
-        return row.get("device_name") or NOT_RECORDED
-    versions: dict[str, Any] = row.get("versions") or {}
+        return row.device_name or NOT_RECORDED
+    versions = row.versions
     if key in versions:
         return versions[key] or "not installed"
     for name, version in versions.items():
@@ -29,13 +28,13 @@ def ran_version(key: str, row: dict[str, Any]) -> str:
     return NOT_RECORDED
 
 
-def stack_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]] | None:
+def stack_table(rows: list[Row]) -> tuple[list[str], list[list[str]]] | None:
     """One row per entry of the publication's stack: what it ran, and what the cells ran (each
     distinct value once). None when the recipe names no stack."""
-    published = next((r["published_stack"] for r in rows if r.get("published_stack")), None)
+    published = next((r.published_stack for r in rows if r.published_stack), None)
     if not published:
         return None
-    ran = [r for r in rows if r.get("versions") or r.get("device_name")]
+    ran = [r for r in rows if r.versions or r.device_name]
     body = []
     for key, value in published.items():
         found = list(dict.fromkeys(ran_version(key, r) for r in ran))
@@ -43,12 +42,12 @@ def stack_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     return ["", "the publication ran", "these cells ran"], body
 
 
-def blocks(rows: list[dict[str, Any]]) -> list[Block]:
+def blocks(rows: list[Row]) -> list[Block]:
     """The report's paragraph and table for one recipe's rows (nothing when it names no stack)."""
     table = stack_table(rows)
     if table is None:
         return []
-    source = next((r.get("published_stack_source") for r in rows if r.get("published_stack_source")), None)
+    source = next((r.published_stack_source for r in rows if r.published_stack_source), None)
     headers, body = table
     return [
         Block(

@@ -18,19 +18,14 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from reprokit.errors import ReprokitError
+from reprokit.results.row import NUMBERS, Row
 from reprokit.run import session
 
 RESULTS_FILE = "results.jsonl"
 # Folders a results folder holds that are not sessions: the MLflow store's artifacts.
 NOT_SESSIONS = {"mlartifacts", "mlruns"}
-TEXT = {"recipe", "variant", "group", "scale", "accelerator", "device_name", "device", "unit", "definition",
-        "reference_source", "normalization", "verdict", "verdict_reasons", "quality_departures", "speedup_reference_device",
-        "speedup_verdict", "speedup_verdict_reasons", "status", "error", "data", "image_id", "kit_revision",
-        "recipe_hash", "torch", "transformers", "timm", "started_at", "finished_at", "cell_id", "session",
-        "energy", "trace"}  # fmt: skip
 
 
 class Unreadable(ReprokitError):
@@ -42,7 +37,7 @@ class Session:
     name: str
     folder: Path
     started: datetime
-    rows: list[dict[str, Any]]
+    rows: list[Row]
 
 
 @dataclass
@@ -66,18 +61,12 @@ class Store:
         return f"skipped {count} session{'s' if count > 1 else ''} under {self.folder}: {what}"
 
 
-def _numeric_columns() -> set[str]:
-    from reprokit.results.collect import COLUMNS
-
-    return {c for c in COLUMNS if c not in TEXT}
-
-
 def printable(name: str) -> str:
     """A folder name as text, whatever bytes it holds (a name that is not UTF-8 shows escaped)."""
     return os.fsencode(name).decode("utf-8", errors="backslashreplace")
 
 
-def _rows(path: Path, numeric: set[str]) -> list[dict[str, Any]]:
+def _rows(path: Path, session_name: str) -> list[Row]:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -101,25 +90,29 @@ def _rows(path: Path, numeric: set[str]) -> list[dict[str, Any]]:
             raise Unreadable(f"{RESULTS_FILE} line {number} is not JSON") from None
         if not isinstance(found, dict):
             raise Unreadable(f"{RESULTS_FILE} line {number} is not a JSON object")
-        for key in numeric & found.keys():
+        for key in NUMBERS & found.keys():
             value = found[key]
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise Unreadable(f"{RESULTS_FILE} line {number}: {key} is {value!r}, not a number")
-        rows.append(found)
+        found["session"] = session_name
+        try:
+            rows.append(Row.from_json(found))
+        except (TypeError, ValueError) as exc:  # a list or a departure of another shape
+            raise Unreadable(f"{RESULTS_FILE} line {number}: {exc}") from None
     return rows
 
 
-def _started(folder: Path, rows: list[dict[str, Any]]) -> datetime:
+def _started(folder: Path, rows: list[Row]) -> datetime:
     """When the session started: session.json's created_at, else its first cell's start, else the
     folder's modification time."""
     found = session.parse_time(session.stored(folder).get("created_at"))
     if found is None:
-        starts = [t for t in (session.parse_time(r.get("started_at")) for r in rows) if t is not None]
+        starts = [t for t in (session.parse_time(r.started_at) for r in rows) if t is not None]
         found = min(starts) if starts else None
     return found or session.started(folder)
 
 
-def read_session(folder: Path, numeric: set[str] | None = None) -> Session:
+def read_session(folder: Path) -> Session:
     """One session's rows; Unreadable (its reason) when they cannot be read."""
     name = folder.name
     if printable(name) != name:
@@ -128,9 +121,7 @@ def read_session(folder: Path, numeric: set[str] | None = None) -> Session:
     if not path.is_file():
         empty = not any(os.scandir(folder))
         raise Unreadable("an empty folder" if empty else f"no {RESULTS_FILE} (not collected yet?)")
-    rows = _rows(path, numeric if numeric is not None else _numeric_columns())
-    for row in rows:
-        row["session"] = name
+    rows = _rows(path, name)
     return Session(name, folder, _started(folder, rows), rows)
 
 
@@ -141,7 +132,6 @@ def read(results: Path) -> Store:
         entries = sorted(os.scandir(results), key=lambda e: e.name)
     except OSError as exc:
         raise ReprokitError(f"the results folder {results} cannot be read: {exc.strerror or exc}") from None
-    numeric = _numeric_columns()
     for entry in entries:
         if entry.name.startswith(".") or entry.name in NOT_SESSIONS:
             continue
@@ -150,7 +140,7 @@ def read(results: Path) -> Store:
                 if entry.is_symlink() and not os.path.exists(entry.path):
                     store.skipped.append(Skipped(printable(entry.name), "a link to nothing"))
                 continue
-            store.sessions.append(read_session(Path(entry.path), numeric))
+            store.sessions.append(read_session(Path(entry.path)))
         except Unreadable as exc:
             store.skipped.append(Skipped(printable(entry.name), str(exc)))
         except OSError as exc:
@@ -165,7 +155,7 @@ def resolve_session(results: Path, name: str) -> Path:
     return session.find(name, results, RESULTS_FILE)
 
 
-def rows_of(folder: Path) -> list[dict[str, Any]]:
+def rows_of(folder: Path) -> list[Row]:
     """One session's rows, or one line saying why they cannot be read."""
     try:
         return read_session(folder).rows

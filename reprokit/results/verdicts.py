@@ -111,22 +111,14 @@ def software_departures(expected: dict[str, str], ran: dict[str, Any]) -> list[s
     return found
 
 
-def blocking(found: list[Departure] | list[dict[str, Any]]) -> list[str]:
+def blocking(found: list[Departure]) -> list[str]:
     """The reasons that stop a verdict: departures that change the measured quantity."""
-    return [_reason(d) for d in found if _kind(d) == THROUGHPUT]
+    return [d.reason for d in found if d.kind == THROUGHPUT]
 
 
-def beside(found: list[Departure] | list[dict[str, Any]]) -> list[str]:
+def beside(found: list[Departure]) -> list[str]:
     """The departures shown beside a verdict: they change what the model learns, not the speed."""
-    return [_reason(d) for d in found if _kind(d) == QUALITY]
-
-
-def _reason(d: Departure | dict[str, Any]) -> str:
-    return d.reason if isinstance(d, Departure) else d["reason"]
-
-
-def _kind(d: Departure | dict[str, Any]) -> str:
-    return d.kind if isinstance(d, Departure) else d.get("kind", THROUGHPUT)
+    return [d.reason for d in found if d.kind == QUALITY]
 
 
 def length_reasons(steps: Any, definition: str | None) -> list[str]:
@@ -179,9 +171,8 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         measured = measurements.get(STEADY)
     ref_per_device = per_device(reference)
     mine = measured / world if measured is not None else None
-    ratio, outcome, why = judge_value(mine, ref_per_device, float(record.cell.tolerance or 0.10), reasons)
-    if record.cell.beyond:
-        ratio, outcome, why = None, BEYOND, []
+    tolerance = float(record.cell.tolerance or 0.10)
+    ratio, outcome, why = judge_value(mine, ref_per_device, tolerance, reasons, record.cell.beyond)
     return Judgement(
         definition=definition,
         measured=measured,
@@ -202,9 +193,13 @@ def judge_value(
     reference_per_device: float | None,
     tolerance: float,
     reasons: list[str],
+    beyond: str | None = None,
 ) -> tuple[float | None, str, list[str]]:
     """(ratio, verdict, reasons) of one per-device figure against its published one. A number judged
-    not comparable keeps its ratio out of sight: it would read as a verdict."""
+    not comparable keeps its ratio out of sight: it would read as a verdict. A variant beyond the
+    publication has no figure of its own to be judged by (its speedup is its verdict)."""
+    if beyond:
+        return None, BEYOND, []
     ratio = (
         measured_per_device / reference_per_device
         if measured_per_device is not None and reference_per_device
@@ -218,114 +213,10 @@ def judge_value(
     return ratio, outcome, []
 
 
-def verdict_text(row: dict[str, Any], key: str = "verdict", reasons_key: str = "verdict_reasons") -> str:
+def worded(outcome: str | None, reasons: str | None, quality: str | None = None) -> str:
     """A verdict as people read it: `not comparable (smoke scale; synthetic data)`, and what the run
     did that changes only what the model learns: `reproduced; quality only: random weights`."""
-    text = row.get(key) or "-"
-    why = row.get(reasons_key)
-    if why and text == NOT_COMPARABLE:
-        text = f"{text} ({why})"
-    quality = row.get("quality_departures") if key == "verdict" else None
-    return f"{text}; quality only: {quality}" if quality and row.get(key) else text
-
-
-# ---------------------------------------------------------------------------------------------
-# Across rows: speedups over each group's baseline, and scaling efficiency
-
-
-def all_references(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """This accelerator's references first, then the other accelerators' (for ratios only)."""
-    return list(row.get("references") or []) + list(row.get("other_references") or [])
-
-
-def _absolute(references: list[dict[str, Any]], device: str) -> dict[str, Any] | None:
-    for ref in references:
-        if ref.get("value") is not None and ref.get("device") == device:
-            return ref
-    return None
-
-
-def speedups(rows: list[dict[str, Any]]) -> None:
-    """Each row's throughput over its group's baseline measured in the same session, and the
-    published speedup: an explicit ratio, else the ratio of the two published figures on the device
-    it ran on (or, where the publication has none for it, on the publication's first device); both
-    under the published figures' definition."""
-    baselines = {(r["recipe"], r.get("group") or "main"): r for r in rows if r.get("baseline")}
-    for r in rows:
-        base = baselines.get((r["recipe"], r.get("group") or "main"))
-        if base is None or r is base:
-            continue
-        definition = STEADY
-        explicit = next((x for x in r.get("references") or [] if x.get("ratio") is not None), None)
-        if explicit is not None:
-            r["published_speedup"] = explicit["ratio"]
-            definition = explicit.get("definition") or STEADY
-        else:
-            devices = [x["device"] for x in all_references(base) if x.get("value") is not None]
-            for device in ([r["device"]] if r.get("device") in devices else []) + devices:
-                mine, theirs = _absolute(all_references(r), device), _absolute(all_references(base), device)
-                if mine and theirs:
-                    r["published_speedup"] = per_device(mine) / per_device(theirs)
-                    r["speedup_reference_device"] = device
-                    definition = mine.get("definition") or STEADY
-                    break
-        numerator = (r.get("measurements") or {}).get(definition)
-        denominator = (base.get("measurements") or {}).get(definition)
-        if numerator is not None and denominator and r.get("world_size") and base.get("world_size"):
-            r["measured_speedup"] = (numerator / r["world_size"]) / (denominator / base["world_size"])
-        r["speedup_definition"] = definition
-        if r.get("measured_speedup") is not None and r.get("published_speedup") is not None:
-            # Both runs must have done what the publication did for their ratio to be judged.
-            reasons = list(dict.fromkeys(blocking(r.get("departures", [])) + blocking(base.get("departures", []))))
-            reasons += length_reasons(r.get("max_steps"), definition) + length_reasons(base.get("max_steps"), definition)
-            reasons = list(dict.fromkeys(reasons))
-            ratio = r["measured_speedup"] / r["published_speedup"]
-            r["speedup_verdict"] = verdict(ratio, r["tolerance"], reasons)
-            r["speedup_verdict_reasons"] = (
-                "; ".join(reasons) if r["speedup_verdict"] == NOT_COMPARABLE else None
-            )
-    for base in baselines.values():
-        if base.get("measured_per_device") is not None:
-            base["measured_speedup"] = base["published_speedup"] = 1.0
-    beyond_speedups(rows)
-
-
-def beyond_speedups(rows: list[dict[str, Any]]) -> None:
-    """A variant beyond the publication over the published variant it goes beyond, both measured in
-    this session at the same scale and node count, under the published variant's definition: what
-    today's software buys on the old recipe. The published variant's own verdict says whether it ran
-    the publication's software."""
-    published = {
-        (r["recipe"], r["variant"], r.get("scale"), r.get("nodes")): r for r in rows if not r.get("beyond")
-    }
-    for r in rows:
-        if not r.get("beyond"):
-            continue
-        base = published.get((r["recipe"], r["beyond"], r.get("scale"), r.get("nodes")))
-        definition = (base or {}).get("definition") or STEADY
-        mine = (r.get("measurements") or {}).get(definition)
-        theirs = ((base or {}).get("measurements") or {}).get(definition)
-        if mine is not None and theirs and r.get("world_size") and base.get("world_size"):
-            r["measured_speedup"] = (mine / r["world_size"]) / (theirs / base["world_size"])
-        else:
-            r["measured_speedup"] = None
-        r["speedup_definition"] = definition
-        r["published_speedup"] = None
-        r["speedup_verdict"] = BEYOND if r["measured_speedup"] is not None else None
-        r["speedup_verdict_reasons"] = None
-
-
-def scaling_efficiency(rows: list[dict[str, Any]]) -> None:
-    """Each multi-node row's per-device throughput over the single-node row of the same recipe,
-    variant, scale and accelerator: 1.0 is perfect scaling (N nodes, N times the samples/s; per
-    device, since the per-device batch is the same). The VOLO post's 2100 img/s on five DGX A100
-    against 500 on one is 0.84."""
-    single = {
-        (r["recipe"], r["variant"], r["scale"], r["accelerator"]): r
-        for r in rows
-        if r.get("nodes") == 1 and r.get("measured_per_device")
-    }
-    for r in rows:
-        base = single.get((r["recipe"], r["variant"], r["scale"], r["accelerator"]))
-        if base is not None and (r.get("nodes") or 1) > 1 and r.get("measured_per_device") is not None:
-            r["scaling_efficiency"] = r["measured_per_device"] / base["measured_per_device"]
+    text = outcome or "-"
+    if reasons and text == NOT_COMPARABLE:
+        text = f"{text} ({reasons})"
+    return f"{text}; quality only: {quality}" if quality and outcome else text

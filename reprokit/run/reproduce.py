@@ -17,7 +17,7 @@ from reprokit.invocation import command
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, plan
 from reprokit.plan.request import Request
-from reprokit.results import collect, report
+from reprokit.results import collect, report, terminal
 from reprokit.run import files, liveness, session, supervise
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
@@ -82,7 +82,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         stopped, outcomes = str(exc), exc.outcomes
     written = _results(session_dir, report.write)
     if written is not None:
-        report.print_table(written.table)
+        terminal.print_table(written.table)
         console.print(
             f"Report: {written.html} ({written.markdown.name})\n"
             f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"

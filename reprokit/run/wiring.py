@@ -55,5 +55,3 @@ def runtime_for(the_plan: Plan, options: dict[str, Any] | None = None) -> Runtim
         )
 
     return runtime_class(made(runtime_class), container_class(made(container_class)))
-
-

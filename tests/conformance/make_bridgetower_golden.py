@@ -73,7 +73,11 @@ def upstream_functions(source: str) -> dict:
             super().__init__(*args, **kwargs)
 
     tree = ast.parse(source)
-    wanted = [n for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name in ("Transform", "collate_fn")]
+    wanted = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name in ("Transform", "collate_fn")
+    ]
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
     wanted += [n for n in ast.walk(main) if isinstance(n, ast.FunctionDef) and n.name == "get_image"]
     namespace = {"torch": torch, "Resize": Resize2023, "CenterCrop": CenterCrop, "ConvertImageDtype": ConvertImageDtype,
@@ -106,8 +110,12 @@ def main() -> None:
     from PIL import Image
 
     git = ["git", "-C", args.optimum_habana]
-    commit = subprocess.run([*git, "rev-parse", f"{TAG}^{{commit}}"], capture_output=True, text=True, check=True).stdout.strip()
-    source = subprocess.run([*git, "show", f"{commit}:{SCRIPT}"], capture_output=True, text=True, check=True).stdout
+    commit = subprocess.run(
+        [*git, "rev-parse", f"{TAG}^{{commit}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    source = subprocess.run(
+        [*git, "show", f"{commit}:{SCRIPT}"], capture_output=True, text=True, check=True
+    ).stdout
     upstream = upstream_functions(source)
     transform = upstream["Transform"](IMAGE_SIZE, CLIP_MEAN, CLIP_STD)
     jpegs = golden_jpegs()
@@ -119,7 +127,10 @@ def main() -> None:
         images.append({"mode": image.mode, **summary(pixels)})
         examples.append({"pixel_values": pixels, "input_ids": [0, 5, 7, 2], "attention_mask": [1, 1, 1, 1]})
     batch = upstream["collate_fn"](examples)
-    collated = {k: ({"shape": list(v.shape), "dtype": str(v.dtype)} if torch.is_tensor(v) else v) for k, v in batch.items()}
+    collated = {
+        k: ({"shape": list(v.shape), "dtype": str(v.dtype)} if torch.is_tensor(v) else v)
+        for k, v in batch.items()
+    }
 
     from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
 
@@ -139,8 +150,12 @@ def main() -> None:
     optimizer = trainer.optimizer
     golden = {
         "upstream": {"repository": REPOSITORY, "tag": TAG, "commit": commit, "script": SCRIPT},
-        "made_with": {"transformers": transformers.__version__, "torch": torch.__version__,
-                      "torchvision": torchvision.__version__, "resize_antialias": False},  # fmt: skip
+        "made_with": {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "resize_antialias": False,
+        },  # fmt: skip
         "command": "python tests/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana",
         "config": {"image_size": IMAGE_SIZE, "tiny": TINY, "mean": CLIP_MEAN, "std": CLIP_STD},
         "jpegs": [base64.b64encode(data).decode() for data in jpegs],
@@ -148,10 +163,17 @@ def main() -> None:
         "collate": collated,
         "loss": output.loss.item(),
         "logit_scale": model.logit_scale.item(),
-        "grad_norm_total": torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])).item(),
-        "optimizer": {"optim": str(training_args.optim.value), "class": f"{type(optimizer).__module__}.{type(optimizer).__name__}",
-                      "param_groups": [{"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]}
-                                       for g in optimizer.param_groups]},  # fmt: skip
+        "grad_norm_total": torch.norm(
+            torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])
+        ).item(),
+        "optimizer": {
+            "optim": str(training_args.optim.value),
+            "class": f"{type(optimizer).__module__}.{type(optimizer).__name__}",
+            "param_groups": [
+                {"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]}
+                for g in optimizer.param_groups
+            ],
+        },  # fmt: skip
     }
     Path(args.out).write_text(json.dumps(golden, indent=1) + "\n")
     print(f"wrote {args.out}")

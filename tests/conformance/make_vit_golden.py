@@ -129,10 +129,21 @@ def main() -> None:
 
     golden: dict = {
         "upstream": {"repository": REPOSITORY, "commits": {}},
-        "made_with": {"torch": torch.__version__, "numpy": numpy.__version__, "python": sys.version.split()[0]},
+        "made_with": {
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "python": sys.version.split()[0],
+        },
         "command": "python tests/conformance/make_vit_golden.py --pycls /path/to/pycls",
-        "config": {"vit": TINY, "im_size": IM_SIZE, "num_classes": NUM_CLASSES, "labels": LABELS,
-                   "optim": OPTIM, "label_smoothing": 0.1, "data_size": DATA_SIZE},  # fmt: skip
+        "config": {
+            "vit": TINY,
+            "im_size": IM_SIZE,
+            "num_classes": NUM_CLASSES,
+            "labels": LABELS,
+            "optim": OPTIM,
+            "label_smoothing": 0.1,
+            "data_size": DATA_SIZE,
+        },  # fmt: skip
         "jpegs": [base64.b64encode(data).decode() for data in jpegs()],
         "layouts": {},
     }
@@ -142,7 +153,9 @@ def main() -> None:
         ).stdout.strip()
         golden["upstream"]["commits"][layout] = full
         with tempfile.TemporaryDirectory() as export:
-            archive = subprocess.run(["git", "-C", args.pycls, "archive", full, "pycls"], capture_output=True, check=True)
+            archive = subprocess.run(
+                ["git", "-C", args.pycls, "archive", full, "pycls"], capture_output=True, check=True
+            )
             subprocess.run(["tar", "-x", "-C", export], input=archive.stdout, check=True)
             result = subprocess.run(
                 [sys.executable, __file__, "--worker", layout],

@@ -99,9 +99,15 @@ def main() -> int:
     parser.add_argument("--fake_data_wait", type=float, default=None, help="the window's share spent on data")
     parser.add_argument("--fake_samples_per_joule", type=float, default=None, help="samples/J to report")
     parser.add_argument("--profile", default=None, help="a schedule: write a trace of its active steps")
-    parser.add_argument("--fake_ignore_term", action="store_true", help="ignore SIGTERM (a trainer that will not stop)")
-    parser.add_argument("--fake_fill", action="store_true", help="after two steps, write until the disk is full")
-    parser.add_argument("--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself")
+    parser.add_argument(
+        "--fake_ignore_term", action="store_true", help="ignore SIGTERM (a trainer that will not stop)"
+    )
+    parser.add_argument(
+        "--fake_fill", action="store_true", help="after two steps, write until the disk is full"
+    )
+    parser.add_argument(
+        "--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself"
+    )
     parser.add_argument("--fake_departure", default=None, help="record this throughput departure")
     args, _ = parser.parse_known_args()
     if args.fake_ignore_term:
@@ -185,9 +191,13 @@ def main() -> int:
                 "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
                 "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
             },
-            "departures": [{"reason": args.fake_departure, "kind": "throughput"}] if args.fake_departure else [],
+            "departures": [{"reason": args.fake_departure, "kind": "throughput"}]
+            if args.fake_departure
+            else [],
             # A fake runs whatever software its cell expects (cell.json, written by the host).
-            "software": json.loads((out / "cell.json").read_text()).get("software", {}) if (out / "cell.json").exists() else {},
+            "software": json.loads((out / "cell.json").read_text()).get("software", {})
+            if (out / "cell.json").exists()
+            else {},
             "warmup_steps": 2,
             "steps": args.fake_steps,
             "samples": 4 * args.fake_steps,

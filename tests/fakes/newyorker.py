@@ -37,10 +37,13 @@ def _prepare_dataset(root: Path, rows: dict[str, int]) -> None:
             for i in range(n):
                 jpeg = io.BytesIO()
                 Image.new("RGB", (320 + 8 * i, 300), (20 * i % 255, 110, 60)).save(jpeg, "JPEG")
-                yield i, {
-                    "image": {"bytes": jpeg.getvalue(), "path": None},
-                    "image_description": f"a man at his desk talks to cartoon number {i}",
-                }
+                yield (
+                    i,
+                    {
+                        "image": {"bytes": jpeg.getvalue(), "path": None},
+                        "image_description": f"a man at his desk talks to cartoon number {i}",
+                    },
+                )
 
     builder = NewYorker(
         cache_dir=str(root),

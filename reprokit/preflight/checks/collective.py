@@ -19,12 +19,18 @@ NCCL_NET = re.compile(r"^(?:\d+: )?(\S+?):\d+:\d+ \[\d+\] NCCL INFO NET/(\w+) : 
 
 def nics(log: str) -> list[str]:
     """Each rank's card as bind-rank.sh said it, then NCCL's per node: 'n1 rank 0: mlx5_0'."""
-    found = [f"{m.group(1)} rank {m.group(2)}: {m.group(3)}" for line in log.splitlines() if (m := RANK_LINE.search(line))]
+    found = [
+        f"{m.group(1)} rank {m.group(2)}: {m.group(3)}"
+        for line in log.splitlines()
+        if (m := RANK_LINE.search(line))
+    ]
     nccl = {}
     for line in log.splitlines():
         match = NCCL_NET.search(line)
         if match:
-            nccl.setdefault(match.group(1), f"{match.group(1)} NCCL NET/{match.group(2)}: {match.group(3).strip()}")
+            nccl.setdefault(
+                match.group(1), f"{match.group(1)} NCCL NET/{match.group(2)}: {match.group(3).strip()}"
+            )
     return found + list(nccl.values())
 
 
@@ -50,7 +56,11 @@ class Collective(Check):
             found.append(
                 self.finding(
                     f"{cell.cell_id}: {backend} across {cell.nodes} nodes ({world} ranks) joined; NICs: "
-                    + ("; ".join(used) if used else "not said in the log (no InfiniBand, or NCCL_DEBUG unset)")
+                    + (
+                        "; ".join(used)
+                        if used
+                        else "not said in the log (no InfiniBand, or NCCL_DEBUG unset)"
+                    )
                 )
             )
         return found

@@ -31,7 +31,9 @@ def hub_reachable(kind: str, repo: str) -> str | None:
     if offline:
         return f"offline ({offline[0]} is set)"
     try:
-        request = urllib.request.Request(f"{os.environ.get('HF_ENDPOINT', HUB)}/api/{kind}/{repo}", method="HEAD")
+        request = urllib.request.Request(
+            f"{os.environ.get('HF_ENDPOINT', HUB)}/api/{kind}/{repo}", method="HEAD"
+        )
         urllib.request.urlopen(request, timeout=5)  # noqa: S310 -- the hub's own https address
         return None
     except Exception as error:  # noqa: BLE001 -- any failure means the same: the hub is not reachable
@@ -48,7 +50,9 @@ def sample(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
     per_class = max(1, SAMPLE // len(chosen))
     files: list[Path] = []
     for folder in chosen:
-        names = sorted(e.name for e in os.scandir(folder) if e.is_file() and e.name.lower().endswith(suffixes))
+        names = sorted(
+            e.name for e in os.scandir(folder) if e.is_file() and e.name.lower().endswith(suffixes)
+        )
         files += [Path(folder) / name for name in names[:per_class]]
     return files[:SAMPLE]
 
@@ -100,7 +104,9 @@ class Data(Check):
             cells = tuple(c.cell_id for c in context.cells if key in c.data)
             where = Path(path)
             if spec.layout == "imagenet":
-                found += self._decoded(key, sample(where / "train", IMAGE_SUFFIXES), image_problem, "image", cells)
+                found += self._decoded(
+                    key, sample(where / "train", IMAGE_SUFFIXES), image_problem, "image", cells
+                )
             elif spec.layout == "token_labels":
                 found += self._decoded(key, sample(where, (".pt",)), label_map_problem, "label map", cells)
             else:
@@ -108,15 +114,23 @@ class Data(Check):
         found += self._without_data(context)
         return found
 
-    def _decoded(self, key: str, files: list[Path], problem, what: str, cells: tuple[str, ...]) -> list[Finding]:
+    def _decoded(
+        self, key: str, files: list[Path], problem, what: str, cells: tuple[str, ...]
+    ) -> list[Finding]:
         bad = [(path, why) for path in files if (why := problem(path))]
         if bad:
             path, why = bad[0]
             more = f" (and {len(bad) - 1} more of the {len(files)} sampled)" if len(bad) > 1 else ""
-            return [self.finding(f"--data {key}: bad {what} {path}: {why}; remove or replace it{more}", True, cells)]
+            return [
+                self.finding(
+                    f"--data {key}: bad {what} {path}: {why}; remove or replace it{more}", True, cells
+                )
+            ]
         return [self.finding(f"--data {key}: {len(files)} {what}(s) sampled over its classes, all decode")]
 
-    def _hub_cache(self, context: Context, key: str, root: Path, recipe: Recipe, cells: tuple[str, ...]) -> list[Finding]:
+    def _hub_cache(
+        self, context: Context, key: str, root: Path, recipe: Recipe, cells: tuple[str, ...]
+    ) -> list[Finding]:
         found = []
         dataset, model = recipe.dataset, recipe.model
         prepared = cached_dataset(root, dataset.id, dataset.config)
@@ -137,7 +151,9 @@ class Data(Check):
             if differ:
                 held = ", ".join(f"{name} {rows.get(name, 0)}" for name in differ)
                 pinned = ", ".join(f"{name} {n}" for name, n in differ.items())
-                published = tuple(c for c in cells if next(x for x in context.cells if x.cell_id == c).scale == "published")
+                published = tuple(
+                    c for c in cells if next(x for x in context.cells if x.cell_id == c).scale == "published"
+                )
                 found.append(
                     self.finding(
                         f"--data {key}: its {dataset.id} holds {held} rows, the pinned revision {pinned}: not the "
@@ -147,7 +163,11 @@ class Data(Check):
                     )
                 )
             else:
-                found.append(self.finding(f"--data {key}: {dataset.id} ({dataset.config}) prepared, its splits of the pinned size"))
+                found.append(
+                    self.finding(
+                        f"--data {key}: {dataset.id} ({dataset.config}) prepared, its splits of the pinned size"
+                    )
+                )
         if "/" in model.id:
             if cached_checkpoint(root, model.id) is None:
                 found.append(
@@ -173,7 +193,11 @@ class Data(Check):
                     )
                 )
             else:
-                found.append(self.finding(f"--data {key}: read-only; the trainer reads it through a writable view (its locks go there)"))
+                found.append(
+                    self.finding(
+                        f"--data {key}: read-only; the trainer reads it through a writable view (its locks go there)"
+                    )
+                )
         return found
 
     def _without_data(self, context: Context) -> list[Finding]:
@@ -189,12 +213,18 @@ class Data(Check):
             if "/" in recipe.dataset.id and not any(c.data for c in cells):
                 why = hub_reachable("datasets", recipe.dataset.id)
                 if why is None:
-                    found.append(self.finding(f"{recipe.name}: {recipe.dataset.id} from the hub at revision {recipe.dataset.revision}"))
+                    found.append(
+                        self.finding(
+                            f"{recipe.name}: {recipe.dataset.id} from the hub at revision {recipe.dataset.revision}"
+                        )
+                    )
                     continue
                 context.hub_unreachable = why
                 reason = f"{recipe.name}: synthetic data: {why} and no {wanted}"
             else:
-                reason = f"{recipe.name}: synthetic data: no {wanted} ({recipe.dataset.data[missing[0]].help})"
+                reason = (
+                    f"{recipe.name}: synthetic data: no {wanted} ({recipe.dataset.data[missing[0]].help})"
+                )
             if published:
                 found.append(self.finding(reason, True, published))
             else:

@@ -24,7 +24,11 @@ class Devices(Check):
         found = []
         several = tuple(c.cell_id for c in context.cells if c.nodes > 1)
         if several:
-            found.append(self.finding("the local runtime runs one node; several nodes need --runtime slurm", True, several))
+            found.append(
+                self.finding(
+                    "the local runtime runs one node; several nodes need --runtime slurm", True, several
+                )
+            )
         try:
             here = accelerators.devices_here(plan.accelerator)
             devices = fitted_devices(plan.accelerator, plan.scale, context.request.devices)
@@ -37,10 +41,14 @@ class Devices(Check):
         missing = tuple(
             c.cell_id
             for c in context.cells
-            if c.scale == "published" and not c.beyond and not any(r.get("device") == key for r in c.references)
+            if c.scale == "published"
+            and not c.beyond
+            and not any(r.get("device") == key for r in c.references)
         )
         if missing:
-            published_on = sorted({r["device"] for c in context.cells for r in c.references if r.get("device")})
+            published_on = sorted(
+                {r["device"] for c in context.cells for r in c.references if r.get("device")}
+            )
             found.append(
                 self.finding(
                     f"no published figure for {here.model} ({key or 'a device no recipe names'}): the figures are on "

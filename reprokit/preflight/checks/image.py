@@ -75,7 +75,11 @@ class Image(Check):
                 return output.decode(errors="replace"), f"the base {reference}", frozenset()
             tag = getattr(options, "image", None) or images.image_tag(profile)
             output = engine.containers.run(tag, ["sh", "-c", script], remove=True)
-            return output.decode(errors="replace"), f"the kit's image {tag} (its own layer left out)", kit_layer(context)
+            return (
+                output.decode(errors="replace"),
+                f"the kit's image {tag} (its own layer left out)",
+                kit_layer(context),
+            )
         if context.container == "apptainer" and context.plan.runtime == "local" and shutil.which("apptainer"):
             image = getattr(options, "image", None) or str(images.export_path(profile, "apptainer"))
             done = subprocess.run(
@@ -85,16 +89,30 @@ class Image(Check):
                 timeout=READ_BACK_TIMEOUT_S,
             )
             return done.stdout, f"the image {image} (its own layer left out)", kit_layer(context)
-        return None, f"{context.container} image on the nodes: its base is read back where it runs, not from here", frozenset()
+        return (
+            None,
+            f"{context.container} image on the nodes: its base is read back where it runs, not from here",
+            frozenset(),
+        )
 
-    def _compared(self, context: Context, facts: baseimage.Facts, source: str, layer: frozenset[str]) -> list[Finding]:
+    def _compared(
+        self, context: Context, facts: baseimage.Facts, source: str, layer: frozenset[str]
+    ) -> list[Finding]:
         base = context.profile.base_manifest
         compared = baseimage.compare(base, facts, layer)
-        found = [self.finding(f"read back {source}: {len(compared.confirmed)} fact(s) of bases.yaml ({base.name}) confirmed")]
-        found += [self.finding(f"confirmed: {line}") for line in compared.confirmed if "now confirmed" in line]
+        found = [
+            self.finding(
+                f"read back {source}: {len(compared.confirmed)} fact(s) of bases.yaml ({base.name}) confirmed"
+            )
+        ]
+        found += [
+            self.finding(f"confirmed: {line}") for line in compared.confirmed if "now confirmed" in line
+        ]
         found += [self.finding(f"corrected: {line}") for line in compared.corrected]
         found += [
-            self.finding(f"{line} (verified): the pins were resolved against bases.yaml; fix it and `inv pins`", True)
+            self.finding(
+                f"{line} (verified): the pins were resolved against bases.yaml; fix it and `inv pins`", True
+            )
             for line in compared.wrong
         ]
         return found

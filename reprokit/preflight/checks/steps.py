@@ -97,15 +97,20 @@ class Steps(Check):
             for cell, represented in representatives(context.cells):
                 run_dir = runs / cell.cell_id
                 failed = [
-                    c for c in cell.needed_cells().values()
+                    c
+                    for c in cell.needed_cells().values()
                     if c in context.stepped and records.read(context.stepped[c]).status != "ok"
                 ]
                 if failed:
                     continue  # its producer failed, which is said already
-                console.print(f"preflight: {STEPS} steps of {cell.cell_id} ({context.plan.runtime}"
-                              f"{'' if context.container == 'none' else ' in ' + context.container})")
+                console.print(
+                    f"preflight: {STEPS} steps of {cell.cell_id} ({context.plan.runtime}"
+                    f"{'' if context.container == 'none' else ' in ' + context.container})"
+                )
                 started = time.monotonic()
-                supervise.run_cell(context.runtime, shortened(cell), run_dir, context.profile, timeout=context.step_timeout)
+                supervise.run_cell(
+                    context.runtime, shortened(cell), run_dir, context.profile, timeout=context.step_timeout
+                )
                 context.stepped[cell.cell_id] = run_dir
                 found.append(self._judged(cell, represented, run_dir, time.monotonic() - started))
         return found
@@ -119,12 +124,22 @@ class Steps(Check):
         summary = record.summary
         if record.status != "ok" or summary is None:
             error = summary.error if summary else None
-            return self.finding(f"{cell.cell_id}{also}: {record.status}: {error or 'no summary'} (see {run_dir / 'stdout.log'})", True, names)
+            return self.finding(
+                f"{cell.cell_id}{also}: {record.status}: {error or 'no summary'} (see {run_dir / 'stdout.log'})",
+                True,
+                names,
+            )
         reasons = [r for r in verdicts.blocking(verdicts.departures(record)) if r != f"{cell.scale} scale"]
         published = tuple(c.cell_id for c in represented if c.scale == "published" and not c.beyond)
         rate = summary.samples_per_second
-        ran = f"{summary.steps} steps in {seconds:.0f} s, {rate:,.1f} {cell.unit}" if rate else f"{summary.steps} steps in {seconds:.0f} s"
+        ran = (
+            f"{summary.steps} steps in {seconds:.0f} s, {rate:,.1f} {cell.unit}"
+            if rate
+            else f"{summary.steps} steps in {seconds:.0f} s"
+        )
         if reasons and published:
-            return self.finding(f"{cell.cell_id}{also}: {ran}, but it departed: {'; '.join(reasons)}", True, published)
+            return self.finding(
+                f"{cell.cell_id}{also}: {ran}, but it departed: {'; '.join(reasons)}", True, published
+            )
         departed = f"; departures: {'; '.join(reasons)}" if reasons else ""
         return self.finding(f"{cell.cell_id}{also}: {ran}{departed}")

@@ -70,7 +70,11 @@ class Storage(Check):
     def run(self, context: Context) -> list[Finding]:
         out = context.out.resolve()
         if not writable(out):
-            return [self.finding(f"the results folder {out} is not writable; give --out a folder you may write", True)]
+            return [
+                self.finding(
+                    f"the results folder {out} is not writable; give --out a folder you may write", True
+                )
+            ]
         need, free = self.needed(context), free_bytes(out)
         if free < need:
             return [
@@ -88,9 +92,21 @@ class Storage(Check):
                 or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "datasets"
             )
             if not writable(cache):
-                found.append(self.finding(f"the datasets cache {cache} is not writable; set HF_DATASETS_CACHE to a folder you may write", True))
+                found.append(
+                    self.finding(
+                        f"the datasets cache {cache} is not writable; set HF_DATASETS_CACHE to a folder you may write",
+                        True,
+                    )
+                )
             elif free_bytes(cache) < DATASETS_CACHE_BYTES:
-                found.append(self.finding(f"the datasets cache {cache}: {gib(free_bytes(cache))} free, about {gib(DATASETS_CACHE_BYTES)} needed", True))
+                found.append(
+                    self.finding(
+                        f"the datasets cache {cache}: {gib(free_bytes(cache))} free, about {gib(DATASETS_CACHE_BYTES)} needed",
+                        True,
+                    )
+                )
             else:
-                found.append(self.finding(f"the datasets cache {cache}: writable, {gib(free_bytes(cache))} free"))
+                found.append(
+                    self.finding(f"the datasets cache {cache}: writable, {gib(free_bytes(cache))} free")
+                )
         return found

@@ -11,8 +11,7 @@ from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images
 from reprokit.run.containers.base import LOCAL, SCRATCH_ENV, SRUN, Container, Launch, start_process
-from reprokit.run.containers.images_on_nodes import NodeImageOptions, node_image
-from reprokit.run.containers.pyxis import _in_image_setup
+from reprokit.run.containers.images_on_nodes import NodeImageOptions, in_image_setup, node_image
 from reprokit.run.handles import Handle
 
 
@@ -37,7 +36,7 @@ class Apptainer(Container):
         image = self.options.image or str(images.export_path(profile, "apptainer"))
         prefix = self.command(cell, profile, image, mount)
         if how == SRUN:
-            return Launch(setup=_in_image_setup(profile), prefix=prefix, image=image)
+            return Launch(setup=in_image_setup(profile), prefix=prefix, image=image)
         run_dir = run_dir.resolve()
         # Apptainer passes the host's environment in: the kit's own interpreter must not leak in.
         env = {
@@ -52,5 +51,9 @@ class Apptainer(Container):
             node_image(self.options, profile, "apptainer", self.name)
             return start_process(launch, run_dir)
 
-        shown = "# in the Apptainer image, with the session folder bound:\n" + shlex.join(launch.argv(run_dir)) + "\n"
+        shown = (
+            "# in the Apptainer image, with the session folder bound:\n"
+            + shlex.join(launch.argv(run_dir))
+            + "\n"
+        )
         return Launch(prefix=prefix, env=env, clear=launch.clear, image=image, shown=shown, start=start)

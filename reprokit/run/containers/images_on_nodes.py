@@ -3,12 +3,14 @@ made by `inv export`, or one the user names."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.run import images
+from reprokit.run.containers.base import SCRATCH_ENV
 
 
 @dataclass(frozen=True)
@@ -30,3 +32,17 @@ def node_image(options: NodeImageOptions, profile: Profile, fmt: str, platform: 
             f"`inv export --accelerator {profile.name} --format {fmt}` or pass --image"
         )
     return image
+
+
+def in_image_setup(profile: Profile) -> list[str]:
+    """In the image: its own interpreter and trainers (sbatch passes the submitting shell's
+    environment on, and a host path must not leak in)."""
+    return [
+        "# In the image: its own interpreter and trainers (sbatch passes the submitting shell's",
+        "# environment on, and a host path must not leak in).",
+        "unset PYTHON REPROKIT_TRAINERS_PATH",
+        f"export REPROKIT_IMAGE_TAG={shlex.quote(images.image_tag(profile))}",
+        "# --data folders are bound read-only; the trainer reads a cache it must write locks into through a",
+        "# writable view made here (the session folder is bound read-write on every node).",
+        f'export {SCRATCH_ENV}="$RUN_DIR/.scratch"',
+    ]

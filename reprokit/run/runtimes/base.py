@@ -54,7 +54,9 @@ class Runtime(ABC):
 
     def dry_run(self, cell: Cell, run_dir: Path, profile: Profile) -> str:
         """What start() would run around run.sh, as a user would type it ('' when run.sh is all)."""
-        return self.container.launch(cell, run_dir, profile, self.launches, run_dir.resolve().parent.parent).shown
+        return self.container.launch(
+            cell, run_dir, profile, self.launches, run_dir.resolve().parent.parent
+        ).shown
 
 
 def run_script(cell: Cell, profile: Profile) -> str:
@@ -72,7 +74,9 @@ def run_script(cell: Cell, profile: Profile) -> str:
 def write_run_dir_inputs(cell: Cell, profile: Profile, run_dir: Path) -> Path:
     """The host's half of the run directory: cell.json and run.sh (returned)."""
     files.make_dir(run_dir)
-    files.write_text(run_dir / rundirs.FILES["cell"], json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n")
+    files.write_text(
+        run_dir / rundirs.FILES["cell"], json.dumps(cell.to_json(), indent=2, sort_keys=True) + "\n"
+    )
     script = run_dir / rundirs.FILES["run_script"]
     files.write_text(script, run_script(cell, profile), files.SCRIPT_MODE)
     return script

@@ -290,9 +290,7 @@ class SlurmRuntime(Runtime):
         write_run_dir_inputs(cell, profile, run_dir)
         if profile.launcher == "torchrun":
             wrapper = run_dir / rundirs.FILES["rank_binding"]
-            wrapper.write_text(
-                render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile)
-            )
+            wrapper.write_text(render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile))
             wrapper.chmod(0o755)
         script = run_dir / rundirs.FILES["sbatch"]
         script.write_text(self.job_script(cell, profile, run_dir))

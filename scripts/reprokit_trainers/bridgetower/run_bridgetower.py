@@ -327,7 +327,13 @@ def parse_args(
         bounds = getattr(data_args, name)
         if len(bounds) != 2 or bounds[0] > bounds[1] or bounds[0] < 1:
             raise config_error(PROG, f"--{name} takes MIN MAX (1 <= MIN <= MAX), got {bounds}")
-    return model_args, data_args, bench, training_args, Platform(on_gaudi, gaudi_config if on_gaudi else None, tf32)
+    return (
+        model_args,
+        data_args,
+        bench,
+        training_args,
+        Platform(on_gaudi, gaudi_config if on_gaudi else None, tf32),
+    )
 
 
 def check_accelerator_flags(
@@ -435,7 +441,11 @@ def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments
 
         folder, view = caches.writable(constants.HF_HUB_CACHE, scratch, "the hub cache (HF_HUB_CACHE)")
         if view:
-            logger.info("the hub cache %s is read-only: read through a writable view at %s", constants.HF_HUB_CACHE, folder)
+            logger.info(
+                "the hub cache %s is read-only: read through a writable view at %s",
+                constants.HF_HUB_CACHE,
+                folder,
+            )
         hub_cache = str(folder) if view else None
     return Sources(
         hub_cache=hub_cache,
@@ -466,7 +476,11 @@ def load_model(
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
             reason = _first_line(error)
             if sources.checkpoint_given:
-                where = f"--cache_dir {sources.given_cache}" if sources.given_cache else model_args.model_name_or_path
+                where = (
+                    f"--cache_dir {sources.given_cache}"
+                    if sources.given_cache
+                    else model_args.model_name_or_path
+                )
                 raise config_error(
                     PROG,
                     f"cannot load the checkpoint {model_args.model_name_or_path}@{model_args.model_revision} from "
@@ -515,7 +529,9 @@ def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerB
     )
 
 
-def load_tokenizer(model_args: ModelArguments, sources: Sources | None = None) -> tuple[PreTrainedTokenizerBase, str]:
+def load_tokenizer(
+    model_args: ModelArguments, sources: Sources | None = None
+) -> tuple[PreTrainedTokenizerBase, str]:
     from transformers import AutoTokenizer
 
     sources = sources or Sources()
@@ -987,7 +1003,9 @@ def record_departures(
     if model_source == "random":
         run_dir.depart("random weights", QUALITY)
         if model_fallback != "--random_init":
-            run_dir.depart("model fallback: the checkpoint could not be loaded (model_fallback_reason)", QUALITY)
+            run_dir.depart(
+                "model fallback: the checkpoint could not be loaded (model_fallback_reason)", QUALITY
+            )
     if tokenizer_source != "hub":
         # Captions are padded to max_seq_length whatever the vocabulary: the step's shapes are the same.
         run_dir.depart("offline tokenizer", QUALITY)
@@ -995,11 +1013,14 @@ def record_departures(
         run_dir.depart("synthetic data", THROUGHPUT)
         if not data_args.synthetic_data and data_args.dataset_name:
             run_dir.depart(
-                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)", THROUGHPUT
+                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)",
+                THROUGHPUT,
             )
 
 
-def watch_attention(model: BridgeTowerForContrastiveLearning, dispatch: bool) -> dict[str, software.FirstCallWatch]:
+def watch_attention(
+    model: BridgeTowerForContrastiveLearning, dispatch: bool
+) -> dict[str, software.FirstCallWatch]:
     """Watch the first training forward of the first text layer's attention (transformers' own:
     matmul, softmax, matmul) and of the first vision block's (torch's nn.MultiheadAttention); without
     ``dispatch``, only the mixed precision they run under."""
@@ -1200,7 +1221,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=image_size,
-        optim=str(training_args.optim.value if hasattr(training_args.optim, "value") else training_args.optim),
+        optim=str(
+            training_args.optim.value if hasattr(training_args.optim, "value") else training_args.optim
+        ),
         software=software,
         **switches,
         **flops.summary_fields(

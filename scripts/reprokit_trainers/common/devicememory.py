@@ -41,7 +41,9 @@ class DeviceMemory:
 
     def sample(self) -> None:
         used, of = self.read()
-        if used is not None and (self.peak is None or used > self.peak or (used == self.peak and of == PROCESS)):
+        if used is not None and (
+            self.peak is None or used > self.peak or (used == self.peak and of == PROCESS)
+        ):
             self.peak, self.of = used, of
 
     def fields(self) -> dict[str, Any]:

@@ -118,7 +118,10 @@ def _usable_memory(
         if controllers == "":  # cgroup v2: one hierarchy
             candidates += [root / relative / "memory.max", root / "memory.max"]
         elif "memory" in controllers.split(","):
-            candidates += [root / "memory" / relative / "memory.limit_in_bytes", root / "memory" / "memory.limit_in_bytes"]
+            candidates += [
+                root / "memory" / relative / "memory.limit_in_bytes",
+                root / "memory" / "memory.limit_in_bytes",
+            ]
     for candidate in candidates:
         try:
             text = candidate.read_text().strip()

@@ -374,9 +374,19 @@ def train_loader(
     else:
         sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     # Workers live across epochs: starting them again each epoch would show as measured data wait.
-    workers = {"num_workers": num_workers, "persistent_workers": num_workers > 0, "worker_init_fn": seed_worker}
+    workers = {
+        "num_workers": num_workers,
+        "persistent_workers": num_workers > 0,
+        "worker_init_fn": seed_worker,
+    }
     return torch.utils.data.DataLoader(
-        dataset, batch_size, sampler=sampler, collate_fn=collate, pin_memory=pin_memory, drop_last=True, **workers
+        dataset,
+        batch_size,
+        sampler=sampler,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        drop_last=True,
+        **workers,
     )
 
 

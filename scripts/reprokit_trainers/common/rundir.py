@@ -220,13 +220,17 @@ class ThroughputMeter:
         if start is None or self.last_time is None or self.marked_measured_samples == 0:
             return None
         seconds = max(self.last_time - start, 1e-9)
-        return figure(self.marked_measured_samples, seconds, f"steps {self.warmup_steps + 1}-{self.marked_steps}")
+        return figure(
+            self.marked_measured_samples, seconds, f"steps {self.warmup_steps + 1}-{self.marked_steps}"
+        )
 
     def whole_run(self) -> dict[str, Any] | None:
         """Every step's samples over the time since the meter started (definition ``whole_run``)."""
         if self.last_time is None or self.marked_samples == 0:
             return None
-        return figure(self.marked_samples, max(self.last_time - self.start, 1e-9), f"steps 1-{self.marked_steps}")
+        return figure(
+            self.marked_samples, max(self.last_time - self.start, 1e-9), f"steps 1-{self.marked_steps}"
+        )
 
     def finish(self) -> None:
         """Stop the energy meter's thread and the profiler (idempotent): the window is over."""

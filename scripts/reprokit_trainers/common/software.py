@@ -89,7 +89,10 @@ class FirstCallWatch:
         self.mixed_precision: str | None = None
         self.dispatch = dispatch
         self._mode: _Dispatched | None = None
-        self._hooks = [module.register_forward_pre_hook(self._enter), module.register_forward_hook(self._leave)]
+        self._hooks = [
+            module.register_forward_pre_hook(self._enter),
+            module.register_forward_hook(self._leave),
+        ]
 
     def _enter(self, module: torch.nn.Module, args: tuple) -> None:
         if self.mixed_precision is not None:
@@ -97,7 +100,9 @@ class FirstCallWatch:
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         parameter = next(module.parameters(), None)
         device = (first if first is not None else parameter).device.type
-        self.mixed_precision = precision_here(device, parameter.dtype if parameter is not None else first.dtype)
+        self.mixed_precision = precision_here(
+            device, parameter.dtype if parameter is not None else first.dtype
+        )
         if self.dispatch:
             self._mode = _Dispatched()
             self._mode.__enter__()
@@ -132,7 +137,9 @@ def optimizer_implementation(optimizer: torch.optim.Optimizer) -> str:
         if not fused and foreach is None:
             from torch.optim.optimizer import _default_to_fused_or_foreach
 
-            fused, foreach = _default_to_fused_or_foreach(group["params"], differentiable=False, use_fused=False)
+            fused, foreach = _default_to_fused_or_foreach(
+                group["params"], differentiable=False, use_fused=False
+            )
         found.append("fused" if fused else "foreach" if foreach else "per-tensor")
     kinds = sorted(set(found))
     return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"

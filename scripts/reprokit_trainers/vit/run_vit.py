@@ -240,7 +240,9 @@ def attention_in_effect(model: ViT, prec: Precision, device: torch.device) -> st
     this run's token count, width, dtype and autocast (read before the model is wrapped)."""
     block = model.encoder.block_0.self_attention
     config = model.config
-    shape = (2, config.seq_len, config.hidden_d) if model.batch_first else (config.seq_len, 2, config.hidden_d)
+    shape = (
+        (2, config.seq_len, config.hidden_d) if model.batch_first else (config.seq_len, 2, config.hidden_d)
+    )
     tokens = torch.ones(shape, device=device, dtype=prec.model_dtype, requires_grad=True)
 
     def step() -> None:

@@ -1,0 +1,205 @@
+"""A result row: one cell of a session, what it measured beside what was published, as collect writes
+it and every reader reads it (the report, the plots, the history, compare, the MLflow export).
+
+The fields are results.csv's columns, in the order the file has them (the fields marked `column()`),
+then what results.jsonl keeps besides (provenance, references, departures, software, ...). A row is
+never changed in place: what is computed across rows (repetitions, speedups, scaling efficiency) is
+returned as values and put into a new row with `dataclasses.replace`.
+
+results.jsonl is read back with `Row.from_json`, which takes what another kit wrote: a key it does not
+know is left out, a key it lacks is the field's default.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, get_type_hints
+
+from reprokit.plan.definitions import DEFINITIONS
+from reprokit.results import verdicts
+from reprokit.results.records import Departure
+
+CSV = "csv"
+# The folder of the run directory on this machine: the report reads its curves there; results.jsonl,
+# read on other machines, leaves it out.
+LOCAL = ("run_dir",)
+
+
+def column(default: Any = None) -> Any:
+    """A field that is a results.csv column."""
+    return field(default=default, metadata={CSV: True})
+
+
+@dataclass(frozen=True)
+class Row:
+    recipe: str | None = column()
+    variant: str | None = column()
+    group: str | None = column()
+    scale: str | None = column()
+    accelerator: str | None = column()
+    device_name: str | None = column()
+    # The accelerator profile's name for the device (h100, a100-80gb, gaudi2): what references name.
+    device: str | None = column()
+    devices: int | None = column()
+    world_size: int | None = column()
+    nodes: int | None = column()
+    batch_per_device: int | None = column()
+    workers: int | None = column()
+    max_steps: int | None = column()
+    unit: str | None = column()
+    # The definition the verdict used (definitions.DEFINITIONS), and the figure under it.
+    definition: str | None = column()
+    measured: float | None = column()
+    measured_per_device: float | None = column()
+    # Runs of the cell that measured (--repeat N: measured is their median).
+    repeats: int | None = column()
+    measured_min: float | None = column()
+    measured_max: float | None = column()
+    spread: float | None = column()
+    # The figure under every definition the trainer recorded (`measured_<definition>`).
+    measured_after_warmup: float | None = column()
+    measured_whole_run: float | None = column()
+    measured_gaudi_trainer: float | None = column()
+    reference: float | None = column()
+    reference_devices: int | None = column()
+    reference_per_device: float | None = column()
+    reference_source: str | None = column()
+    normalization: str | None = column()
+    ratio_per_device: float | None = column()
+    tolerance: float | None = column()
+    verdict: str | None = column()
+    verdict_reasons: str | None = column()
+    quality_departures: str | None = column()
+    measured_speedup: float | None = column()
+    published_speedup: float | None = column()
+    speedup_reference_device: str | None = column()
+    speedup_verdict: str | None = column()
+    speedup_verdict_reasons: str | None = column()
+    scaling_efficiency: float | None = column()
+    status: str | None = column()
+    error: str | None = column()
+    steps: int | None = column()
+    train_time_s: float | None = column()
+    wall_time_s: float | None = column()
+    peak_memory_bytes: int | None = column()
+    # What NVML saw the process hold (DALI's and nvJPEG's pools, the CUDA context): beside the allocator's.
+    peak_memory_device_bytes: int | None = column()
+    flops_per_sample: float | None = column()
+    mfu: float | None = column()
+    # The precision whose peak the MFU is over: the one the matmuls ran in (bf16, fp16, tf32, fp32).
+    mfu_precision: str | None = column()
+    # Where the measured window went, the energy per sample, the trace (explain.py).
+    data_wait_share: float | None = column()
+    compute_share: float | None = column()
+    communication_share: float | None = column()
+    other_share: float | None = column()
+    samples_per_joule: float | None = column()
+    energy_joules: float | None = column()
+    power_mean_w: float | None = column()
+    power_peak_w: float | None = column()
+    utilization_mean: float | None = column()
+    energy: str | None = column()
+    trace: str | None = column()
+    data: str | None = column()
+    image_id: str | None = column()
+    kit_revision: str | None = column()
+    recipe_hash: str | None = column()
+    torch: str | None = column()
+    transformers: str | None = column()
+    timm: str | None = column()
+    started_at: str | None = column()
+    finished_at: str | None = column()
+    cell_id: str | None = column()
+    session: str | None = column()
+
+    # Not CSV columns: results.jsonl keeps them, the report and the readers of sessions use them.
+    series_id: str | None = None
+    # A series of runs (--repeat N): each run's cell id, status, figures and error.
+    repetitions: list[dict[str, Any]] = field(default_factory=list)
+    speedup_definition: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    baseline: bool = False
+    title: str | None = None
+    references: list[dict[str, Any]] = field(default_factory=list)
+    other_references: list[dict[str, Any]] = field(default_factory=list)
+    measurements: dict[str, float | None] = field(default_factory=dict)
+    departures: list[Departure] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    beyond: str | None = None
+    software: dict[str, Any] = field(default_factory=dict)
+    software_published: dict[str, str] = field(default_factory=dict)
+    published_stack: dict[str, str] = field(default_factory=dict)
+    published_stack_source: str | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    breakdown: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None
+    log_tail: list[str] | None = None
+    run_dir: str | None = None
+
+    @classmethod
+    def planned(cls, item: dict[str, Any]) -> Row:
+        """A cell the session planned (its session.json entry) that never started: no run directory."""
+        return cls(
+            recipe=item.get("recipe"),
+            variant=item.get("variant"),
+            scale=item.get("scale"),
+            accelerator=item.get("accelerator"),
+            status="not started",
+            verdict=verdicts.NO_RESULT,
+            recipe_hash=item.get("recipe_hash"),
+            cell_id=item["cell_id"],
+            baseline=bool(item.get("baseline")),
+        )
+
+    def all_references(self) -> list[dict[str, Any]]:
+        """This accelerator's published figures first, then the other accelerators' (for ratios only)."""
+        return [*self.references, *self.other_references]
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as results.jsonl holds it."""
+        found = {name: getattr(self, name) for name in JSONL}
+        found["departures"] = [d.model_dump() for d in self.departures]
+        return found
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Row:
+        """A row of a results.jsonl any kit wrote: keys this kit does not know are left out, keys it
+        lacks take their defaults, and a null list or mapping is empty."""
+        # Keyed by the fields' own name objects: keyword arguments match them by identity (a JSON key is
+        # a new string, matched by comparing text with each field name in turn: 3x slower).
+        known = {_NAMES[k]: v for k, v in data.items() if k in _NAMES and not (v is None and k in CONTAINERS)}
+        if "departures" in known:
+            known["departures"] = [_departure(d) for d in known["departures"] or []]
+        return cls(**known)
+
+
+def _departure(found: Any) -> Departure:
+    # A kit before departure kinds wrote the reason alone: every such departure blocked the verdict.
+    return Departure(reason=found) if isinstance(found, str) else Departure(**found)
+
+
+def measured_columns(measurements: dict[str, float | None]) -> dict[str, float | None]:
+    """The `measured_<definition>` columns of a row's figures."""
+    return {f"measured_{name}": measurements.get(name) for name in DEFINITIONS}
+
+
+_TYPES = get_type_hints(Row)
+COLUMNS: list[str] = [f.name for f in fields(Row) if f.metadata.get(CSV)]
+# The columns that hold a number (or nothing): a results.jsonl with text there is not a kit's.
+NUMBERS = frozenset(c for c in COLUMNS if _TYPES[c] in (int | None, float | None))
+JSONL: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in LOCAL)
+_NAMES = {name: name for name in JSONL}
+# Fields holding a list or a mapping: an old row's null there reads as empty.
+CONTAINERS = frozenset(f.name for f in fields(Row) if f.default_factory is not MISSING)
+
+
+def csv_text(table: list[Row]) -> str:
+    """results.csv: a header of COLUMNS, a line per row, nothing for a value that is None."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for r in table:
+        writer.writerow(["" if value is None else value for value in (getattr(r, c) for c in COLUMNS)])
+    return buffer.getvalue()

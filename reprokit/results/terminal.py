@@ -1,0 +1,68 @@
+"""The results at a glance in the terminal (report.html has everything): per-device figures beside
+the published ones, the verdicts, the speedups, and the cells that did not complete with their log."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from reprokit.results import formats, verdicts
+from reprokit.results.row import Row
+
+VERDICT_STYLES = {
+    verdicts.REPRODUCED: "green",
+    verdicts.FASTER: "cyan",
+    verdicts.SLOWER: "yellow",
+    verdicts.NOT_COMPARABLE: "magenta",
+    verdicts.NO_RESULT: "red",
+}
+HEADERS = ["cell", "status", "per device", "published", "ratio", "verdict", "speedup (published)"]
+
+
+def _speedup(r: Row) -> str:
+    if r.measured_speedup is None and r.published_speedup is None:
+        return "-"
+    text = f"{formats.ratio(r.measured_speedup)} ({formats.ratio(r.published_speedup)})"
+    # A measured speedup beside a published one reads as a claim unless its verdict says otherwise.
+    return f"{text} {r.speedup_verdict}" if r.speedup_verdict else text
+
+
+def print_table(table: list[Row], console: Console | None = None) -> None:
+    """The session's rows as one table, then each cell that did not complete and its last log lines."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log file or a pipe: wide enough that cell ids stay whole
+            console = Console(width=140)
+    units = sorted({r.unit for r in table if r.unit})
+    view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
+    scaling = any(r.scaling_efficiency is not None for r in table)
+    for header in [*HEADERS, *(["scaling efficiency"] if scaling else [])]:
+        view.add_column(
+            header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
+        )
+    for r in table:
+        verdict = formats.verdict(r)
+        style = VERDICT_STYLES.get(r.verdict or "-", "")
+        view.add_row(
+            escape(r.cell_id or "-"),
+            f"[{'green' if r.status == 'ok' else 'red'}]{r.status or '-'}[/]",
+            formats.number(r.measured_per_device),
+            formats.number(r.reference_per_device),
+            formats.ratio(r.ratio_per_device),
+            f"[{style}]{verdict}[/]" if style else verdict,
+            _speedup(r),
+            *([formats.number(r.scaling_efficiency)] if scaling else []),
+        )
+    notes = sorted(
+        {r.normalization for r in table if r.normalization and r.normalization.startswith("per device")}
+    )
+    if notes:
+        view.caption = "compared " + "; ".join(notes)  # says when device counts differ
+    console.print(view)
+    for r in table:
+        if r.status != "ok":
+            what = escape(f"{r.cell_id}: {r.error or '-'}")
+            console.print(f"[red]{r.status}[/red] {what}")
+            for line in (r.log_tail or [])[-5:]:
+                console.print(f"    {line}", style="dim", markup=False, highlight=False)
