@@ -127,6 +127,11 @@ def _unwrapped(optimizer: Any) -> Any:
     return optimizer
 
 
+# torch's rule for a foreach/fused flag left at None (torch/optim/optimizer.py, 2.x), in public terms:
+# the foreach step where every parameter is a plain tensor on a device with foreach kernels.
+FOREACH_DEVICES = frozenset({"cuda", "xpu", "mtia"})
+
+
 def optimizer_implementation(optimizer: torch.optim.Optimizer) -> str:
     """per-tensor, foreach or fused, as torch resolves each parameter group's flags when it steps (a
     flag left at None is resolved the way torch does: foreach on CUDA tensors, else the loop). Groups
@@ -134,11 +139,10 @@ def optimizer_implementation(optimizer: torch.optim.Optimizer) -> str:
     found = []
     for group in optimizer.param_groups:
         fused, foreach = group.get("fused"), group.get("foreach")
-        if not fused and foreach is None:
-            from torch.optim.optimizer import _default_to_fused_or_foreach
-
-            fused, foreach = _default_to_fused_or_foreach(
-                group["params"], differentiable=False, use_fused=False
+        if not fused and foreach is None and not group.get("differentiable"):
+            foreach = all(
+                type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in FOREACH_DEVICES
+                for p in group["params"]
             )
         found.append("fused" if fused else "foreach" if foreach else "per-tensor")
     kinds = sorted(set(found))
