@@ -34,12 +34,11 @@ def writable(path: Path) -> bool:
     """Whether files can be made where `path` is (or would be made): tried, not read from modes."""
     folder = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
     try:
-        handle, name = tempfile.mkstemp(prefix=".reprokit-preflight-", dir=folder)
+        # Deleted on close: nothing is left behind in a folder that can be written.
+        with tempfile.TemporaryFile(prefix=".reprokit-preflight-", dir=folder):
+            return True
     except OSError:
         return False
-    os.close(handle)
-    os.unlink(name)
-    return True
 
 
 def parameters(text: str | None) -> int:

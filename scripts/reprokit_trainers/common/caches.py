@@ -37,12 +37,11 @@ def is_writable(folder: str | os.PathLike) -> bool:
     """Whether a file can be created in ``folder`` (tried, not guessed from modes: root on a read-only
     mount passes every permission check and still fails)."""
     try:
-        handle, name = tempfile.mkstemp(prefix=".reprokit-probe-", dir=folder)
+        # Deleted on close: nothing is left behind in a folder that can be written.
+        with tempfile.TemporaryFile(prefix=".reprokit-probe-", dir=folder):
+            return True
     except OSError:
         return False
-    os.close(handle)
-    os.unlink(name)
-    return True
 
 
 def scratch_root(run_dir: str | os.PathLike) -> Path:
