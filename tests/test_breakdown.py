@@ -192,7 +192,7 @@ def _train_two_ranks(rank: int, store_path: str, hooked: bool, out: str) -> None
         weights = [p.detach().flatten().tolist() for p in model.parameters()]
         with open(out, "w") as fh:
             json.dump({"weights": weights, "breakdown": summary}, fh)
-    torch.distributed.destroy_process_group()
+    distributed.destroy_process_group()
 
 
 @pytest.mark.slow

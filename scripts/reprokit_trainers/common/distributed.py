@@ -71,5 +71,8 @@ def reduce_mean(value: torch.Tensor) -> float:
 
 
 def destroy_process_group() -> None:
+    """Leave the group together: a rank that tears gloo down while a peer is still in its last
+    collective can abort the peer (std::terminate) after its summary is written."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
