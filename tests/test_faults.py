@@ -1,7 +1,8 @@
 """The kit's own death, a full disk and a shared machine, tried for real: a kit killed with -9 takes
 its trainer with it, a resume refuses to start a second trainer beside a live one, a killed
 trainer's reason names the signal, storage that refuses a write ends the cell in one line and
-stops the session cleanly, and two sessions on one machine take turns."""
+stops the session cleanly, two sessions on one machine take turns, and the warden of a container
+stops it however many SIGTERMs the kernel sends."""
 
 from __future__ import annotations
 
@@ -226,3 +227,22 @@ def test_run_sh_by_hand_or_in_a_slurm_job_takes_its_nodes_lock(tmp_path):
     finished = json.loads((tmp_path / "one" / "summary.json").read_text())["finished_at"]
     started = json.loads((tmp_path / "two" / "sysinfo.json").read_text())["started_at"]
     assert (session.parse_time(started) - session.parse_time(finished)).total_seconds() >= 1
+
+
+@pytest.mark.parametrize("after_s", [0.0, 1.5], ids=["while-it-starts", "while-it-waits"])
+def test_the_container_warden_takes_a_burst_of_sigterms_and_still_asks_the_engine(after_s):
+    # The kernel may send the warden more than one SIGTERM (its parent, then each process it is
+    # reparented to); one that arrived during the docker import once left a container running.
+    from reprokit.run.containers import warden
+
+    warden_proc = subprocess.Popen(
+        [sys.executable, "-m", "reprokit.run.containers.warden", "no-such-container"],
+        cwd=ROOT, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+        stderr=subprocess.PIPE, text=True, preexec_fn=warden.preexec(),
+    )  # fmt: skip
+    time.sleep(after_s)
+    for _ in range(20):
+        warden_proc.send_signal(signal.SIGTERM)
+        time.sleep(0.01)
+    _, err = warden_proc.communicate(timeout=60)
+    assert (warden_proc.returncode, err) == (0, "")

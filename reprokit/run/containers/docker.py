@@ -25,15 +25,16 @@ from reprokit.errors import ReprokitError, StartFailed
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images, rundirs
+from reprokit.run.containers import warden
 from reprokit.run.containers.base import LOCAL, Container, Launch
-from reprokit.run.handles import Ended, Handle, die_with_the_kit
+from reprokit.run.handles import Ended, Handle
 
 CONTAINER_RUNS = "/reprokit/runs"
 CONTAINER_HF_HOME = "/reprokit/hf-home"
 # Where the trainer makes writable views of what is mounted read-only (the --data caches, the hub
 # cache): the container's own layer, gone with it; the user's folders are never written.
 CONTAINER_SCRATCH = "/tmp/reprokit-scratch"
-STOP_GRACE_S = 10
+STOP_GRACE_S = warden.STOP_GRACE_S
 # Host variables a trainer may need, passed at run time by name (never baked into an image).
 PASSTHROUGH_ENV = ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 DOCKER_RUN_KEYS = ("gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "ulimits", "cap_add", "user")
@@ -215,7 +216,7 @@ class DockerHandle(Handle):
             [sys.executable, "-m", "reprokit.run.containers.warden", self.container.id],
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_the_kit(),
+            preexec_fn=warden.preexec(),
         )
 
     def poll(self) -> Ended | None:

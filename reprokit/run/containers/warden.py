@@ -8,32 +8,41 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from typing import Any
+from collections.abc import Callable
 
-# As long as the kit's own stop waits: SIGTERM to the trainer, then SIGKILL.
+from reprokit.run.handles import die_with_the_kit
+
+# How long a container gets between SIGTERM to its trainer and SIGKILL, for the kit and the warden.
 STOP_GRACE_S = 10
 
 
-def _stop(container_id: str) -> None:
-    import docker
-    from docker.errors import DockerException
+def preexec() -> Callable[[], None]:
+    """What the kit's child runs before it becomes the warden: SIGTERM blocked from the fork on (the
+    mask survives exec), so a kit that dies while the warden's interpreter still starts leaves a
+    pending signal for the warden to take, not a warden killed by the signal's default action."""
+    request = die_with_the_kit()
 
-    # Already gone, or no engine to ask: nothing left to stop from here.
-    with contextlib.suppress(DockerException):
-        docker.from_env(timeout=STOP_GRACE_S + 20).containers.get(container_id).stop(timeout=STOP_GRACE_S)
+    def block_then_request() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if request is not None:
+            request()
+
+    return block_then_request
 
 
 def main(argv: list[str]) -> None:
     (container_id,) = argv
-
-    def stop(signum: int, frame: Any) -> None:
-        _stop(container_id)
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # run by hand: blocked here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the kit's to handle, not ours
-    while True:
-        signal.pause()
+    # Imported before the wait: a second SIGTERM during the import (the kernel sends one for each
+    # process the warden is reparented to that ends) once re-entered a handler mid-import.
+    import docker
+    from docker.errors import DockerException
+
+    signal.sigwait({signal.SIGTERM})  # taken here, not in a handler: nothing can interrupt the stop
+    # Already gone, or no engine to ask: nothing left to stop from here.
+    with contextlib.suppress(DockerException):
+        docker.from_env(timeout=STOP_GRACE_S + 20).containers.get(container_id).stop(timeout=STOP_GRACE_S)
 
 
 if __name__ == "__main__":
