@@ -5,12 +5,10 @@ from __future__ import annotations
 from invoke import Program
 
 from reprokit import __version__
-from reprokit.settings import KitConfig
 from reprokit.tasks import ns
 
-program = Program(
-    name="reprokit", binary="reprokit", version=__version__, namespace=ns, config_class=KitConfig
-)
+# invoke's own configuration is left as `inv` has it: the kit's settings are read by settings.py.
+program = Program(name="reprokit", binary="reprokit", version=__version__, namespace=ns)
 
 
 def main() -> None:

@@ -115,7 +115,7 @@ def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None,
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
     given = [Path(a), Path(b)]
-    if results is None and all((x / "results.jsonl").is_file() for x in given):
+    if results is None and all((x / sessions.RESULTS_JSONL).is_file() for x in given):
         folder = given[1].resolve().parent
     else:
         folder = _results(results)

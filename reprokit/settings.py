@@ -1,6 +1,7 @@
 """Site settings: what a cluster's users would otherwise repeat on every command, written once.
 
-invoke's configuration files and environment, with the prefix `reprokit`:
+The files invoke's own configuration would read under the prefix `reprokit`, read here as data
+(YAML or JSON, never a Python file that would run):
 
 - /etc/reprokit.yaml (the machine), ~/.reprokit.yaml (the user), ./reprokit.yaml (the folder the
   kit runs in), each overriding the one before;
@@ -22,36 +23,20 @@ Every session records the settings it used (session.json, `settings`).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invoke.config import Config
-from invoke.exceptions import UncastableEnvVar
+import yaml
 
 from reprokit.errors import ReprokitError
 
 KEYS = ("runtime", "container", "partition", "account", "time_limit", "exclusive", "image", "timeout",
         "results", "recipes", "data")  # fmt: skip
-
-
-class KitConfig(Config):
-    """invoke's Config reading reprokit.yaml files and REPROKIT_* variables."""
-
-    prefix = "reprokit"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Data, not code: a reprokit.py in the folder the kit runs in is never executed.
-        self._set(_file_suffixes=("yaml", "yml", "json"))
-
-    @staticmethod
-    def global_defaults() -> dict[str, Any]:
-        defaults = Config.global_defaults()
-        # None: a string from the environment is taken as it is (lists and mappings are parsed below).
-        defaults.update(dict.fromkeys(KEYS))
-        return defaults
+SUFFIXES = ("yaml", "yml", "json")
+ENV_PREFIX = "REPROKIT_"
 
 
 @dataclass
@@ -69,26 +54,56 @@ class Settings:
         return {"values": self.values, "files": self.files, "env": self.env}
 
 
+def candidates(where: str | os.PathLike | None = None) -> list[Path]:
+    """The settings file of each layer that exists (the first suffix found), machine to folder."""
+    layers = (Path("/etc/reprokit"), Path("~/.reprokit").expanduser(), Path(where or Path.cwd()) / "reprokit")
+    found = []
+    for stem in layers:
+        path = next((p for p in (stem.with_name(f"{stem.name}.{s}") for s in SUFFIXES) if p.is_file()), None)
+        if path is not None:
+            found.append(path.resolve())
+    return found
+
+
 def load(where: str | os.PathLike | None = None) -> Settings:
-    config = KitConfig(project_location=str(where or Path.cwd()))
+    values: dict[str, Any] = {}
+    files = candidates(where)
+    for path in files:
+        _merge(values, _read(path))
+    env = sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and _key(name) in KEYS)
+    for name in env:
+        values[_key(name)] = os.environ[name]
+    picked = {key: values[key] for key in KEYS if values.get(key) is not None}
+    return Settings(_normalize(picked), [str(path) for path in files], env)
+
+
+def _key(variable: str) -> str:
+    return variable.removeprefix(ENV_PREFIX).lower()
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
-        config.load_system()
-        config.load_user()
-        config.load_project()
-        config.load_shell_env()
-    except UncastableEnvVar as exc:
-        raise ReprokitError(f"a REPROKIT_* variable cannot be read: {exc}") from None
-    except Exception as exc:  # a malformed YAML file: invoke lets the parser's error through
-        raise ReprokitError(f"a reprokit settings file cannot be read: {str(exc).splitlines()[0]}") from None
-    values = {key: config.get(key) for key in KEYS if config.get(key) is not None}
-    paths = [getattr(config, f"_{layer}_path") for layer in ("system", "user", "project")]
-    files = [str(Path(path).resolve()) for path in paths if path and Path(path).is_file()]
-    env = sorted(
-        name
-        for name in os.environ
-        if name.removeprefix("REPROKIT_").lower() in KEYS and name.startswith("REPROKIT_")
-    )
-    return Settings(_normalize(values), files, env)
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ReprokitError(f"a reprokit settings file cannot be read: {path}: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ReprokitError(
+            f"a reprokit settings file cannot be read: {path}: a mapping of KEY: VALUE is expected"
+        )
+    return data
+
+
+def _merge(into: dict[str, Any], layer: dict[str, Any]) -> None:
+    """A later layer overrides an earlier one key by key, mappings (data) entry by entry."""
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            into[key] = {**into[key], **value}
+        else:
+            into[key] = value
 
 
 def _normalize(values: dict[str, Any]) -> dict[str, Any]:

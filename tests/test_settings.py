@@ -54,3 +54,25 @@ def test_a_broken_settings_file_is_one_line(tmp_path):
     assert (
         result.stderr.strip().splitlines()[-1].startswith("reprokit: a reprokit settings file cannot be read")
     )
+
+
+def test_settings_are_data_a_python_file_beside_them_never_runs(tmp_path):
+    (tmp_path / "reprokit.py").write_text(
+        f"open({str(tmp_path / 'ran')!r}, 'w').close()\nruntime = 'slurm'\n"
+    )
+    (tmp_path / "reprokit.yml").write_text(yaml.safe_dump({"runtime": "slurm", "partition": "from-yml"}))
+    result = run_inv(
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --partition=from-yml" in result.stdout
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_settings_file_that_is_not_a_mapping_is_one_line_naming_it(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text("- runtime\n- slurm\n")
+    result = run_inv("--search-root", str(ROOT), "reproduce", "all", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert str(tmp_path / "reprokit.yaml") in last and "mapping" in last

@@ -326,6 +326,9 @@ def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) 
         def label(self, index: int) -> int:
             return 0
 
+        def describe(self, index: int) -> str:
+            return f"image {index}"
+
     random.seed(seed)
     torch.manual_seed(seed)
     transform = imagenet.TrainTransform(32, auto_augment=None, hflip=hflip, scale=(0.3, 1.0))
@@ -605,6 +608,9 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
         def label(self, index: int) -> int:
             return 0
 
+        def describe(self, index: int) -> str:
+            return f"image {index}"
+
     transform = imagenet.TrainTransform(32, auto_augment=None, hflip=1.0, scale=(0.05, 0.1))
     dataset = imagenet.ImageTrainDataset(OneImage(), transform, encoded=True)
     batch = imagenet.collate([dataset[i] for i in range(16)])
@@ -705,3 +711,25 @@ def test_the_trainer_stops_in_one_line_naming_the_bad_file_from_a_loader_worker(
         f"run_volo.py: error: bad image {bad}: cannot identify image file; remove or replace the file"
     )
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_the_gpu_loader_names_a_bad_image_its_header_let_through(tmp_path):
+    # A JPEG cut after its header passes the workers (they read only the size); it fails at decode,
+    # on the device, where the trainer must still say which file it was.
+    from io import BytesIO
+
+    buffer = BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+        buffer, "JPEG"
+    )
+    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": cut})
+    source = imagenet.ImageFolderSource(root)
+    dataset = imagenet.ImageTrainDataset(source, imagenet.TrainTransform(32, auto_augment=None), encoded=True)
+    batch = imagenet.collate([dataset[i] for i in range(len(source))])
+    with pytest.raises(imagenet.BadImage) as caught:
+        imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None)(
+            batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"]
+        )
+    bad = root / "train" / "n01440764" / "n01440764_9.JPEG"
+    assert imagenet.BadImage.line(caught.value).startswith(f"bad image {bad}: image file is truncated")

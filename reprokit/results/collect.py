@@ -24,7 +24,7 @@ from reprokit.run import files, rundirs, session
 
 
 def run_dirs(session_dir: Path) -> list[Path]:
-    runs = session_dir / "runs"
+    runs = session_dir / session.RUNS
     if not runs.is_dir():
         return []
     return sorted(
@@ -198,9 +198,10 @@ def collect(session_dir: Path) -> list[Row]:
     if not session_dir.is_dir():
         raise ReprokitError(f"session folder {session_dir} does not exist")
     table = rows(session_dir)
-    write_atomic(session_dir / "results.csv", csv_text(table))
-    write_atomic(
-        session_dir / "results.jsonl",
+    # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
+    files.write_text(session_dir / session.RESULTS_CSV, csv_text(table))
+    files.write_text(
+        session_dir / session.RESULTS_JSONL,
         "".join(json.dumps(r.to_json(), default=str, sort_keys=True) + "\n" for r in table),
     )
     try:
@@ -210,21 +211,16 @@ def collect(session_dir: Path) -> list[Row]:
         # cost the report; a half copy is not left to look whole.
         if not files.is_storage_failure(exc):
             raise
-        shutil.rmtree(session_dir / "tensorboard", ignore_errors=True)
+        shutil.rmtree(session_dir / session.TENSORBOARD, ignore_errors=True)
     return table
-
-
-def write_atomic(path: Path, text: str) -> None:
-    # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
-    files.write_text(path, text)
 
 
 def _gather_tensorboard(session_dir: Path) -> None:
     """All cells' event files under one folder, so one `tensorboard --logdir` shows them side by side."""
-    target = session_dir / "tensorboard"
+    target = session_dir / session.TENSORBOARD
     if target.exists():
         shutil.rmtree(target)
     for run_dir in run_dirs(session_dir):
-        source = run_dir / "tensorboard"
+        source = run_dir / rundirs.FILES["tensorboard"]
         if source.is_dir() and any(source.rglob("events.out.tfevents.*")):
             shutil.copytree(source, target / run_dir.name)

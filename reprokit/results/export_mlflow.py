@@ -23,6 +23,7 @@ from reprokit.errors import ReprokitError
 from reprokit.results import collect
 from reprokit.results.row import Row
 from reprokit.run import rundirs
+from reprokit.run import session as sessions
 
 EXPERIMENT = "reprokit"
 PARAM_LIMIT = 500  # MLflow's limit on a parameter's value
@@ -132,7 +133,7 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
         parent = client.create_run(
             experiment, run_name=session, tags={"reprokit.run.session": session, "reprokit.cell": session}
         )
-        for name in ("report.html", "report.md", "results.csv", "session.json"):
+        for name in (sessions.REPORT_HTML, sessions.REPORT_MD, sessions.RESULTS_CSV, sessions.SESSION_FILE):
             if (session_dir / name).exists():
                 client.log_artifact(parent.info.run_id, str(session_dir / name))
         client.set_terminated(parent.info.run_id)
@@ -140,7 +141,7 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
     for row in table:
         if row.cell_id in existing or not row.run_dir:
             continue
-        run_dir = session_dir / "runs" / row.run_dir
+        run_dir = session_dir / sessions.RUNS / row.run_dir
         cell = rundirs.read_json(run_dir / rundirs.FILES["cell"]) or {}
         tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id}
         run = client.create_run(experiment, run_name=row.cell_id, tags=tags)

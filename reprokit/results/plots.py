@@ -20,7 +20,7 @@ from typing import Any
 
 from reprokit.results import explain, verdicts
 from reprokit.results.row import Row
-from reprokit.run import files, rundirs
+from reprokit.run import files, rundirs, session
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
@@ -103,7 +103,7 @@ def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
                     if step is not None and value is not None:
                         curves[key].append((int(step), value))
         return curves
-    scalars = read_scalars(run_dir / "tensorboard")
+    scalars = read_scalars(run_dir / rundirs.FILES["tensorboard"])
     for key in curves:
         # The kit's own tags first, then what the HF Trainer logs.
         for tag in (f"throughput/{key}", f"train/{key}"):
@@ -264,7 +264,7 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """samples/s and loss per logging step, one line per variant."""
     curves = {
         r.variant if r.status == "ok" else f"{r.variant} ({r.status})": read_curves(
-            session_dir / "runs" / r.run_dir
+            session_dir / session.RUNS / r.run_dir
         )
         for r in rows
         if r.run_dir

@@ -285,7 +285,7 @@ def write(session_dir: Path) -> Written:
         if not files.is_storage_failure(exc):
             raise
         drawn = []
-    md_path, html_path = session_dir / "report.md", session_dir / "report.html"
-    collect.write_atomic(md_path, markdown(session_dir, table, drawn))
-    collect.write_atomic(html_path, to_html(session_dir, table, drawn))
+    md_path, html_path = session_dir / session.REPORT_MD, session_dir / session.REPORT_HTML
+    files.write_text(md_path, markdown(session_dir, table, drawn))
+    files.write_text(html_path, to_html(session_dir, table, drawn))
     return Written(md_path, html_path, drawn, table)

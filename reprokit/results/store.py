@@ -23,7 +23,7 @@ from reprokit.errors import ReprokitError
 from reprokit.results.row import NUMBERS, Row
 from reprokit.run import session
 
-RESULTS_FILE = "results.jsonl"
+RESULTS_FILE = session.RESULTS_JSONL
 # Folders a results folder holds that are not sessions: the MLflow store's artifacts.
 NOT_SESSIONS = {"mlartifacts", "mlruns"}
 

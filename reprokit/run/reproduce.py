@@ -32,7 +32,7 @@ def dry_run_text(the_plan: Plan, request: Request, out: str | None) -> str:
     for cell in the_plan.cells:
         parts.append(f"# {cell.cell_id} ({where}, {cell.scale}, {cell.accelerator})")
         parts.append(run_script(cell, profile))
-        run_dir = Path(out or session.RESULTS_DIR).resolve() / "SESSION" / "runs" / cell.cell_id
+        run_dir = Path(out or session.RESULTS_DIR).resolve() / "SESSION" / session.RUNS / cell.cell_id
         wrapping = runtime.dry_run(cell, run_dir, profile)
         if wrapping:
             parts.append(wrapping)
@@ -58,7 +58,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         return None
     if resume:
         # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.
-        liveness.refuse_live([session_dir / "runs" / cell.cell_id for cell in the_plan.cells])
+        liveness.refuse_live([session_dir / session.RUNS / cell.cell_id for cell in the_plan.cells])
         session.mark_resumed(session_dir)
     else:
         session_dir = session.new_dir(out)

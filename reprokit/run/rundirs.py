@@ -31,10 +31,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    files.write_json(path, payload)
-
-
 def summary(run_dir: Path) -> dict[str, Any] | None:
     return read_json(run_dir / FILES["summary"])
 
@@ -104,7 +100,7 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
     files.make_dir(run_dir)
-    write_json_atomic(run_dir / FILES["summary"], failed)
+    files.write_json(run_dir / FILES["summary"], failed)
     return failed
 
 
@@ -115,7 +111,7 @@ def skip(run_dir: Path, reason: str) -> dict[str, Any]:
         "error": reason,
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
     }
-    write_json_atomic(run_dir / FILES["summary"], skipped)
+    files.write_json(run_dir / FILES["summary"], skipped)
     return skipped
 
 

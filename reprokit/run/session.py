@@ -25,6 +25,13 @@ from reprokit.run import files, rundirs
 
 RESULTS_DIR = Path("results")
 SESSION_FILE = "session.json"
+RUNS = "runs"  # runs/<cell>/: one run directory per cell
+RESULTS_CSV = "results.csv"
+RESULTS_JSONL = "results.jsonl"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+# Every cell's event files side by side, for one `tensorboard --logdir` (a copy: the run directories hold them).
+TENSORBOARD = "tensorboard"
 # How the trainers and kits before session times in UTC wrote a time (local, with its offset).
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
@@ -163,7 +170,7 @@ def save(session_dir: Path, the_plan: Plan, request: Request) -> Path:
         "resumed_at": [],
     }
     path = session_dir / SESSION_FILE
-    rundirs.write_json_atomic(path, payload)
+    files.write_json(path, payload)
     return path
 
 
@@ -251,4 +258,4 @@ def mark_resumed(session_dir: Path) -> None:
     saved = stored(session_dir)
     if saved:
         saved.setdefault("resumed_at", []).append(now())
-        rundirs.write_json_atomic(session_dir / SESSION_FILE, saved)
+        files.write_json(session_dir / SESSION_FILE, saved)

@@ -27,7 +27,7 @@ from reprokit.errors import StartFailed
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
-from reprokit.run import files, liveness, machinelock, rundirs
+from reprokit.run import files, liveness, machinelock, rundirs, session
 from reprokit.run.containers.base import LOCAL
 from reprokit.run.handles import Ended, Handle
 from reprokit.run.progress import MatrixProgress
@@ -138,7 +138,7 @@ def run_cells(
     runtime = runtime_for(the_plan, runtime_options)
     profile = accelerators.get(the_plan.accelerator)
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
-    runs = session_dir.resolve() / "runs"
+    runs = session_dir.resolve() / session.RUNS
     outcomes: dict[str, dict] = {}
     with _terminate_like_ctrl_c(), MatrixProgress(console, len(the_plan.cells)) as bars:
         # Cells on this machine: one session at a time (a Slurm job's run.sh locks its node instead).

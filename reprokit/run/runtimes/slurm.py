@@ -23,7 +23,7 @@ from reprokit.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.plan.recipes import load as load_recipe
-from reprokit.run import rundirs
+from reprokit.run import files, rundirs
 from reprokit.run.containers.base import SRUN
 from reprokit.run.handles import Ended, Handle, wait_for
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
@@ -196,7 +196,7 @@ class JobHandle(Handle):
         self.poll_seconds = poll_seconds
         self.state: JobState | None = None
         self._running_since: float | None = None
-        rundirs.write_json_atomic(run_dir / rundirs.FILES["slurm_job"], record)
+        files.write_json(run_dir / rundirs.FILES["slurm_job"], record)
 
     def _settled(self, state: JobState | None) -> Ended:
         self.record.update(
@@ -205,7 +205,7 @@ class JobHandle(Handle):
             exit_code=state.exit_code if state else None,
             nodes=state.nodes if state else None,
         )
-        rundirs.write_json_atomic(self.run_dir / rundirs.FILES["slurm_job"], self.record)
+        files.write_json(self.run_dir / rundirs.FILES["slurm_job"], self.record)
         if state is None:
             return Ended(None, f"Slurm job {self.job_id} vanished: neither scontrol nor sacct knows it")
         if state.state == "COMPLETED" and state.exit_code == 0:

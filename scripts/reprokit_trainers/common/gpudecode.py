@@ -78,6 +78,15 @@ def _as_tensor(blob: bytes | torch.Tensor) -> torch.Tensor:
     return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
 
 
+class UndecodableImage(ValueError):
+    """Image ``index`` of a batch that neither nvJPEG nor Pillow decodes (the caller names its file)."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
 def pil_decode(data: bytes) -> torch.Tensor:
     """Pillow's decode, converted to RGB: uint8 [3, H, W] on the CPU."""
     image = Image.open(io.BytesIO(data)).convert("RGB")
@@ -146,7 +155,10 @@ class DeviceDecoder:
                     out[i] = image
         for i, image in enumerate(out):
             if image is None:
-                out[i] = pil_decode(datas[i]).to(self.device, non_blocking=True)
+                try:
+                    out[i] = pil_decode(datas[i]).to(self.device, non_blocking=True)
+                except (OSError, ValueError) as error:  # PIL: truncated, or not an image at all
+                    raise UndecodableImage(i, error) from None
                 self.cpu_fallbacks += 1
         return out  # type: ignore[return-value]
 

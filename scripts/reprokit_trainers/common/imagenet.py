@@ -199,10 +199,15 @@ def bad_images_named(prog: str) -> Iterator[None]:
 
 def bad_image(source: Any, index: int, error: BaseException) -> BadImage:
     """The one-line error of sample ``index`` of ``source`` that failed to decode with ``error``."""
+    return bad_file(source.describe(index), error)
+
+
+def bad_file(name: str, error: BaseException) -> BadImage:
+    """The one-line error of the image file ``name`` that failed to decode with ``error``."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     # PIL names the buffer it read from (<_io.BytesIO object at 0x...>), which says nothing to a user.
     reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", reason)
-    return BadImage(f"bad image {source.describe(index)}: {reason}; remove or replace the file")
+    return BadImage(f"bad image {name}: {reason}; remove or replace the file")
 
 
 def open_rgb(data: bytes) -> Image.Image:
@@ -343,6 +348,8 @@ class ImageTrainDataset(torch.utils.data.Dataset):
                 box=(left / width, top / height, (left + w) / width, (top + h) / height), flipped=flipped
             )
             sample["jpeg"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            # Decoded later, on the device, where only this name can say which file was bad.
+            sample["source"] = self.source.describe(index)
         else:
             try:
                 image = open_rgb(data)
@@ -466,8 +473,18 @@ class GpuDecode:
     def cpu_fallbacks(self) -> int:
         return self.decoder.cpu_fallbacks
 
-    def __call__(self, jpegs: list[torch.Tensor], boxes: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
-        return self.decoder.run(jpegs, lambda images: self._finish(images, boxes, flipped))
+    def __call__(
+        self,
+        jpegs: list[torch.Tensor],
+        boxes: torch.Tensor,
+        flipped: torch.Tensor,
+        sources: Sequence[str] | None = None,
+    ) -> torch.Tensor:
+        try:
+            return self.decoder.run(jpegs, lambda images: self._finish(images, boxes, flipped))
+        except gpudecode.UndecodableImage as bad:
+            name = sources[bad.index] if sources is not None else f"{bad.index} of its batch"
+            raise bad_file(name, bad.error) from None
 
     def _augment(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         # Images of one size are augmented as one batch (ImageNet's are mostly 500 x 375 or 375 x 500).

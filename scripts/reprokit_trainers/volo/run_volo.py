@@ -634,7 +634,7 @@ def train_loop(
         imagenet.set_epoch(run.loader, epoch)
         for index, batch in enumerate(logger.batches(run.loader)):
             if gpu_decode is not None:
-                images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"])
+                images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"])
             else:
                 images = batch["pixel_values"].to(device, non_blocking=True)
             images = normalize(images)
