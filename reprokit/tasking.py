@@ -52,6 +52,12 @@ def friendly(fn):
             # The reader went away (`inv recipes | head`): stop quietly, as a command-line tool does.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise Exit(code=1) from None
+        except OSError as exc:
+            # A results folder that refuses writes (read-only, full, not the user's) is said in one
+            # line naming the path and the errno; any other OSError is a bug and keeps its traceback.
+            if not files.is_storage_failure(exc):
+                raise
+            raise Exit(f"reprokit: cannot write {files.describe(exc)}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("reprokit: interrupted; what was measured is kept", code=130) from None
 

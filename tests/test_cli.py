@@ -120,3 +120,49 @@ def test_render_for_an_accelerator_no_variant_runs_on_says_so_and_writes_nothing
     assert result.returncode == 2
     assert "recipe volo has no variant for gaudi2" in result.stderr.strip().splitlines()[-1]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", ["collect", "report", "export-results"])
+def test_a_missing_session_names_the_argument_a_user_gives(task):
+    result = run_inv(task)
+    assert result.returncode != 0
+    assert result.stderr.strip().endswith("did not receive required positional arguments: 'session'")
+
+
+@pytest.mark.parametrize("task", ["collect", "report"])
+def test_latest_and_previous_name_a_session_for_every_task_that_takes_one(tmp_path, task):
+    import json
+    import shutil
+
+    fixture = ROOT / "tests" / "fixtures" / "results_session" / "20250102-030405"
+    results = tmp_path / "results"
+    for name, started in (
+        ("zz-older", "2025-01-01T00:00:00+00:00"),
+        ("aa-newer", "2025-01-02T00:00:00+00:00"),
+    ):
+        shutil.copytree(fixture, results / name)
+        stored = json.loads((results / name / "session.json").read_text())
+        (results / name / "session.json").write_text(json.dumps({**stored, "created_at": started}))
+    result = run_inv(task, "latest", "--results", str(results))
+    assert result.returncode == 0, result.stderr
+    assert (results / "aa-newer" / "results.csv").is_file()
+    assert not (results / "zz-older" / "results.csv").exists()
+    result = run_inv(task, "previous", "--results", str(results))
+    assert result.returncode == 0, result.stderr
+    assert (results / "zz-older" / "results.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv0, expected",
+    [
+        ("/home/u/.venv/bin/inv", "inv"),
+        ("/home/u/.venv/lib/python3.11/site-packages/invoke/__main__.py", "inv"),
+        ("/home/u/.local/bin/reprokit", "reprokit"),
+        ("/home/u/.venv/lib/python3.11/site-packages/reprokit/__main__.py", "python -m reprokit"),
+    ],
+)
+def test_hints_name_the_command_the_user_ran(monkeypatch, argv0, expected):
+    from reprokit import invocation
+
+    monkeypatch.setattr(sys, "argv", [argv0, "reproduce"])
+    assert invocation.command() == expected

@@ -246,3 +246,21 @@ def test_the_container_warden_takes_a_burst_of_sigterms_and_still_asks_the_engin
         time.sleep(0.01)
     _, err = warden_proc.communicate(timeout=60)
     assert (warden_proc.returncode, err) == (0, "")
+
+
+@needs_namespaces
+def test_a_report_into_a_read_only_session_is_one_line_naming_the_path(tmp_path):
+    import shutil
+
+    session_dir = tmp_path / "results" / "s"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "results_session" / "20250102-030405", session_dir)
+    for task in ("collect", "report"):
+        refused = faultfs.run(
+            [*INV, task, str(session_dir)], read_only=[session_dir], cwd=ROOT,
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert refused.returncode == 1, refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"reprokit: cannot write {session_dir / 'results.csv'}: Read-only file system (EROFS)"
+        )

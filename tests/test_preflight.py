@@ -147,6 +147,7 @@ def test_a_read_only_cache_without_a_writable_scratch_is_refused(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "  x data     --data dataset_cache=" in result.stdout
     assert f"is read-only and REPROKIT_SCRATCH={scratch} is not writable" in result.stdout
+    assert f"bridgetower--workers0: data: --data dataset_cache={cache}" in last_line(result)
 
 
 @pytest.mark.slow
