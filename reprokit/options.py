@@ -1,6 +1,6 @@
 """The one options object of `run`, `reproduce` and `render`, and the one place its values are read.
 
-The tasks that run recipes share their flags: one dataclass holds them (defaults and help; flags.py
+The tasks that run recipes share their flags: one dataclass holds them (defaults and help; tasking.py
 makes the tasks' signatures from it). Site settings (settings.py) fill what no flag gave, and
 `request()` turns the result into the planner's `Request`, checking every value on the way: a bad
 one is a one-line error naming the flag and what to give, never a traceback.
@@ -100,7 +100,7 @@ def default_of(item) -> Any:
 
 OPTIONS = {item.name: item for item in fields(RunOptions)}
 # The options that choose and direct the runtime and its container platform, passed on by name.
-PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image", "user")
+PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image")
 RUN_FIELDS = tuple(OPTIONS)
 RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat"))
 # What a preflight takes: the session `reproduce` would run (it runs nothing of it but a few steps).

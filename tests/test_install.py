@@ -126,3 +126,18 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_smoke_cell(installed, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     (summary,) = (tmp_path / "results").glob("*/runs/bridgetower--workers0/summary.json")
     assert json.loads(summary.read_text())["status"] == "ok"
+
+
+def test_every_python_package_of_the_tree_ships_in_the_wheel():
+    # pyproject lists the packages by hand: a new folder of modules must not be left out of the wheel.
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(base).parts)
+        for base in (ROOT, ROOT / "scripts")
+        for top in ("reprokit", "reprokit_trainers")
+        for init in (base / top).rglob("__init__.py")
+        if (base / top).is_dir()
+    }
+    assert found and found <= listed, sorted(found - listed)

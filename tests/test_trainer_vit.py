@@ -365,6 +365,19 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     # What the host compares with the cell's asks, and why a synthetic run is not comparable.
     assert summary["torch_compile"] is False and summary["loader"] == "torch"
     assert summary["departures"] == [{"reason": "synthetic data", "kind": "throughput"}]
+    # The software that ran, read back: the published baseline's 2022 kernels; the top rung's own.
+    tf32 = "not used (cpu)" if not torch.cuda.is_available() else summary["software"]["tf32"]
+    if rung[1] == "no":
+        assert summary["software"] == {
+            "attention": "math", "optimizer": "adamw-per-tensor", "mixed_precision": "fp32",
+            # One rank's gradients fit DDP's first bucket: one all-reduce once backward is done.
+            "ddp": "ddp-after-backward", "tf32": tf32, "data_path": "pycls",
+        }  # fmt: skip
+    else:
+        assert summary["software"]["optimizer"] == "adamw-foreach"
+        assert summary["software"]["attention"].startswith("sdpa")
+        assert summary["software"]["ddp"] == "fsdp-no_shard"
+        assert summary["software"]["mixed_precision"] == "amp-fp16"
     rows = list(csv.DictReader((out / "throughput.csv").open()))
     assert [int(r["step"]) for r in rows] == [2, 4]
     # Where the window went: the loader's wait timed; DDP's all-reduce timed by the hook even on one rank.

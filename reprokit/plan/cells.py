@@ -17,7 +17,7 @@ from reprokit.gitinfo import kit_revision
 from reprokit.plan import accelerators, arguments
 from reprokit.plan.data import apply as apply_data
 from reprokit.plan.recipes import Recipe, Reference, Variant, recipe_hash, resolve_path, trainer_module
-from reprokit.results.records import SCHEMA_VERSION
+from reprokit.trainers import contract
 
 
 @dataclass
@@ -72,7 +72,7 @@ class Cell:
     published_stack_source: str | None = None
     # The torch.profiler schedule the trainer runs (--profile, or the scale's `profile`), in steps.
     profile: dict[str, int] | None = None
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = contract()["schema_version"]
 
     @property
     def trainer_module(self) -> str:

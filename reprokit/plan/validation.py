@@ -3,7 +3,13 @@ line: the file, then each problem's key path and what was expected."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
+
+# Where each file's keys are described: the accelerator profiles and base manifests beside the
+# Dockerfiles, every other file a recipe.
+README = {"accelerators.yaml": "docker/README.md", "bases.yaml": "docker/README.md"}
 
 
 def one_line(source: str, error: ValidationError) -> str:
@@ -12,7 +18,9 @@ def one_line(source: str, error: ValidationError) -> str:
         location = ".".join(str(p) for p in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see recipes/README.md)"
+            message = (
+                f"unknown key (check the spelling; see {README.get(Path(source).name, 'recipes/README.md')})"
+            )
         parts.append(f"{location}: {message}")
     head = f"{source}: " + ("" if len(parts) == 1 else f"{len(parts)} problems: ")
     return head + "; ".join(parts)

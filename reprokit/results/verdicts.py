@@ -64,8 +64,8 @@ def verdict(ratio: float | None, tolerance: float, reasons: list[str]) -> str:
 
 def departures(record: RunRecord) -> list[Departure]:
     """What the run did other than its publication: the trainer's record, the scale it ran at, and
-    each switch its variant asked for that was not in effect (and, for runs of a version-1 trainer,
-    what its summary's own fields show)."""
+    each switch its variant asked for that was not in effect (a summary before schema 2 holds no
+    figure to judge, and says so)."""
     found: list[Departure] = []
 
     def add(reason: str, kind: str = THROUGHPUT) -> None:
