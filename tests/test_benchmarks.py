@@ -121,3 +121,20 @@ def test_the_meter_benchmark_times_both_sides_of_each_pair_and_the_meters_own_co
     assert len(off) == len(on) == 1 and off[0] > 0 and on[0] > 0
     per_step, per_logged_step = meter.own_cost(steps=200)
     assert 0 < per_step < per_logged_step
+
+
+@pytest.mark.parametrize(
+    "interval, ratio, said",
+    [
+        ("0.9950-1.0080", 1.0010, "(within 1%; 95% interval 0.9950-1.0080"),
+        ("0.9850-1.0050", 0.9990, "(within 1%; this machine's noise leaves the interval below it;"),
+        ("0.9600-0.9800", 0.9700, "(OUTSIDE 1%;"),
+    ],
+)
+def test_the_meter_headline_says_whether_its_ratio_is_within_one_percent(interval, ratio, said):
+    from benchmarks import meter
+
+    on = {"name": "meter on", "ratio_on_off": ratio, "interval_95": interval, "steps": 40, "load_average": 0.1,
+          "own_us_per_step": 2.0, "own_us_per_logged_step": 40.0, "own_share": 0.0001, "step_ms": 30.0}  # fmt: skip
+    line = meter.verdict([{"name": "meter off"}, on])
+    assert line.startswith(f"meter overhead: on/off {ratio:.4f} in samples per CPU-second {said}")

@@ -501,6 +501,13 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
         "data_path": "pil-workers",
     }
     assert pretrain["ddp_buckets"] == 1 and pretrain["token_label_box"] == "toolbox"
+    # Where the measured window went, and what energy it drew (or why that is unknown here).
+    breakdown = pretrain["breakdown"]
+    assert breakdown["data_wait"] >= 0 and breakdown["compute"] > 0
+    assert breakdown["communication_timed"].startswith("DDP all-reduce")
+    assert abs(sum(breakdown[k] for k in ("data_wait", "compute", "communication", "other")) - 1) < 0.01
+    energy = pretrain["energy"]
+    assert (pretrain["energy_joules"] or 0) > 0 or energy.startswith("unavailable (")
     assert pretrain["throughput"]["after_warmup"]["value"] > 0
     assert pretrain["flops_per_sample"] > 0
     if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
