@@ -263,7 +263,8 @@ def test_one_bad_session_is_skipped_with_its_reason_and_every_other_one_still_re
     good = _copy_session(team / made, team / "good", "2025-01-01T10:00:00+00:00")
     shutil.rmtree(team / made)
     _copy_session(good, team / "later", "2025-01-02T10:00:00+00:00", rate=90.0)
-    _copy_session(good, tmp_path / "teamX" / "sibling", "2025-01-03T10:00:00+00:00")
+    # "team?[1]" as a glob matches "teamX1": a store that globbed would list this session too.
+    _copy_session(good, tmp_path / "teamX1" / "sibling", "2025-01-03T10:00:00+00:00")
     truncated = _copy_session(good, team / "trunc", "2025-01-01T11:00:00+00:00")
     text = (truncated / "results.jsonl").read_text()
     (truncated / "results.jsonl").write_text(text + text[: len(text) // 2])
