@@ -35,3 +35,19 @@ def test_collect_rebuilds_the_committed_sessions_results_jsonl_with_the_same_con
         assert {k: mine.get(k) for k in theirs} == theirs, mine["cell_id"]
         added = {k: v for k, v in mine.items() if k not in theirs and v not in EMPTY}
         assert added == {}, mine["cell_id"]
+
+
+def test_the_report_says_which_cells_ran_published_software_and_which_go_beyond_it(tmp_path):
+    from reprokit.results import report
+
+    written = report.write(collected(tmp_path))
+    text = written.markdown.read_text()
+    software = next(line for line in text.splitlines() if line.startswith("| software |"))
+    cells = [cell.strip() for cell in software.strip("|").split("|")[1:]]
+    assert cells.count("beyond the publication (over workers2)") == 3 and "published" in cells
+    speedups = next(
+        line for line in text.splitlines() if line.startswith("| speedup over the published variant |")
+    )
+    # The one beyond cell that completed is read as its speedup; the others (failed, never started) are not.
+    assert [cell.strip() for cell in speedups.strip("|").split("|")[1:]].count("-") == len(cells) - 1
+    assert "software other than the publication's" in text and "beyond the publication" in text

@@ -8,6 +8,7 @@ The others run the rendered scripts with stand-ins for srun, scontrol, numactl a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -31,7 +32,7 @@ from reprokit.run.containers.pyxis import Pyxis
 from reprokit.run.handles import NoOptions
 from reprokit.run.images.export import export_command
 from reprokit.run.runtimes import slurm
-from tests.conftest import ROOT, run_inv
+from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -707,3 +708,43 @@ def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writa
         and "--synthetic_data" not in run_sh
         and "--random_init" not in run_sh
     )
+
+
+@pytest.mark.slurm
+def test_resume_refuses_to_submit_again_while_the_job_of_a_killed_kit_still_runs(tmp_path, cluster):
+    import signal
+
+    recipe = fake_recipe(tmp_path, fake_hang_once=str(tmp_path / "hung-once"))
+    out = tmp_path / "out"
+    kit = subprocess.Popen(
+        [*INV, "run", str(recipe), "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
+         "--nodes", "1", "--container", "none", "--out", str(out)],
+        cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    job_id = None
+    try:
+        deadline = time.monotonic() + 120
+        while job_id is None or slurm.job_state(job_id).state != "RUNNING":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.5)
+            found = list(out.glob("*/runs/*/slurm.json"))
+            job_id = json.loads(found[0].read_text())["job_id"] if found else None
+        kit.kill()  # kill -9: nothing cancels the job
+        kit.wait(30)
+        (session_dir,) = out.iterdir()
+        refused = run_inv("resume", str(session_dir), env=fake_env())
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "reprokit: cannot resume while a cell of the session still runs (slurmfake--v: its Slurm job "
+            f"{job_id} is RUNNING (cancel it with: scancel {job_id})); wait for it to end"
+        )
+        assert slurm.job_state(job_id).state == "RUNNING"  # untouched, and not submitted twice
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(kit.pid, signal.SIGKILL)
+        if job_id is not None:
+            slurm.cancel(job_id)
+    resumed = run_inv("resume", str(session_dir), env=fake_env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((session_dir / "runs" / "slurmfake--v" / "summary.json").read_text())["status"] == "ok"

@@ -183,9 +183,11 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
             "device (the 'compared' column says when device counts differ). Verdict: reproduced within "
             f"the recipe's tolerance ({', '.join(f'±{t:.0%}' for t in tolerances) or '-'}), else faster "
             "or slower; not comparable, with the reasons, when the run did not do what the publication "
-            "did (smoke scale, synthetic data, a switch not in effect, a shortened run for a whole-run "
-            "figure). Speedups are over the baseline variant of the same group measured in this "
-            "session, against the published ratio.",
+            "did (smoke scale, synthetic data, a switch not in effect, software other than the "
+            "publication's, a shortened run for a whole-run figure). Speedups are over the baseline "
+            "variant of the same group measured in this session, against the published ratio; a variant "
+            "beyond the publication (today's faster software) is read as its speedup over the published "
+            "variant it goes beyond.",
         ),
         Block(
             "table", headers=["definition", "what it counts"], rows=[[k, v] for k, v in DEFINITIONS.items()]

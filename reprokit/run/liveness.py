@@ -68,6 +68,9 @@ def _group_alive(pgid: int) -> bool:
 
 def still_running(run_dir: Path) -> str | None:
     """What still runs in `run_dir` from a kit that is gone, in a few words; None when nothing does."""
+    job = _slurm_job_alive(run_dir)
+    if job is not None:
+        return job
     found: dict[str, Any] | None = rundirs.read_json(run_dir / FILE)
     if not found or found.get("host") != socket.gethostname():
         return None
@@ -79,6 +82,23 @@ def still_running(run_dir: Path) -> str | None:
     if isinstance(pgid, int) and pgid == pid and _group_alive(pgid):
         return f"processes of its trainer are still running (process group {pgid}; stop them with: kill -- -{pgid})"
     return None
+
+
+def _slurm_job_alive(run_dir: Path) -> str | None:
+    """A Slurm job outlives the kit that submitted it (a closed login shell, kill -9): its slurm.json
+    names it, and slurmctld says whether it is still queued or running, from any login node."""
+    job = rundirs.read_json(run_dir / rundirs.FILES["slurm_job"])
+    job_id = job.get("job_id") if job else None
+    if not isinstance(job_id, str) or rundirs.is_complete(run_dir):
+        return None
+    from reprokit.run.runtimes import slurm  # only where a cell went to Slurm
+
+    if slurm.cluster_status() is not None:
+        return None  # no controller answers here: the kit that would resubmit cannot either
+    state = slurm.job_state(job_id)
+    if state is None or state.finished:
+        return None
+    return f"its Slurm job {job_id} is {state.state} (cancel it with: scancel {job_id})"
 
 
 def refuse_live(run_dirs: list[Path]) -> None:
