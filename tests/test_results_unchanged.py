@@ -51,3 +51,22 @@ def test_the_report_says_which_cells_ran_published_software_and_which_go_beyond_
     # The one beyond cell that completed is read as its speedup; the others (failed, never started) are not.
     assert [cell.strip() for cell in speedups.strip("|").split("|")[1:]].count("-") == len(cells) - 1
     assert "software other than the publication's" in text and "beyond the publication" in text
+
+
+def test_a_disk_that_fills_while_drawing_leaves_a_report_without_plots_that_still_explains(
+    tmp_path, monkeypatch
+):
+    import errno
+
+    from reprokit.results import explain, plots, report
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "breakdown.png"))
+
+    monkeypatch.setattr(plots, "draw", full)
+    session = collected(tmp_path)
+    written = report.write(session)
+    text = written.markdown.read_text()
+    assert written.plots == [] and ".png" not in text
+    sentences = [line.text for line in explain.reading(written.table) if line.kind == "p"]
+    assert sentences and all(sentence in text for sentence in sentences)

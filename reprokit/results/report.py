@@ -221,11 +221,15 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
             out.append(Block("p", "The verdicts rest on these readings of the publication:"))
             out += [Block("note", text) for text in assumptions]
         out += stacks.blocks(rows)
+        read = False
         for plot in plots:
             if plot.recipe == recipe:
                 out += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
                 if plot.name.startswith("breakdown-"):
                     out += [Block(**line._asdict()) for line in explain.reading(rows)]
+                    read = True
+        if not read:  # no breakdown plot (a disk that filled while drawing): the sentences still say it
+            out += [Block(**line._asdict()) for line in explain.reading(rows)]
         out += [Block(**line._asdict()) for line in explain.energy_and_traces(rows)]
     out += [
         Block("h2", "All cells"),
