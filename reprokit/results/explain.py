@@ -92,7 +92,9 @@ def cell_sentence(row: Row, rows: list[Row]) -> str | None:
     common = [s for s in found if s in theirs and s != "compute"] or [s for s in found if s in theirs]
     if common:
         widest = max(common, key=lambda share: abs(found[share] - theirs[share]))
-        sentence += f"; the baseline {baseline.variant} {percent(theirs[widest])} {DOING[widest]}"
+        # A ladder's baseline is often called "baseline": named once, not "the baseline baseline".
+        named = "the baseline" if baseline.variant == "baseline" else f"the baseline {baseline.variant}"
+        sentence += f"; {named} {percent(theirs[widest])} {DOING[widest]}"
     sentence += "."
     if row.verdict == verdicts.SLOWER:
         largest = _largest(found)
