@@ -109,14 +109,23 @@ def timed(results: Path) -> dict:
     return {"table_s": table_s, "seconds": seconds, "rows": lines - 3}
 
 
+# Linux carries a process's peak RSS across fork and exec (the parent's at the fork counts as the
+# child's), so the child is started and waited for by a small Python of its own, not by this benchmark
+# process, which is gigabytes large after the data-path and FLOP suites.
+_WAIT_PEAK = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(os.wait4(proc.pid, 0)[2].ru_maxrss)
+"""
+
+
 def peak_rss_mib(results: Path) -> float:
     """The peak resident set of one `inv history` run, from the kernel's accounting of that child."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "history", "all", "--results", str(results)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    done = subprocess.run(
+        [sys.executable, "-c", _WAIT_PEAK, sys.executable, "-m", "invoke", "history", "all", "--results", str(results)],
+        cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
-    _, _, usage = os.wait4(proc.pid, 0)
-    return usage.ru_maxrss / 1024
+    return int(done.stdout.split()[-1]) / 1024
 
 
 def run(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> list[dict]:
