@@ -139,3 +139,19 @@ def test_a_changed_published_semantic_fails_the_comparison(tmp_path):
     )
     with pytest.raises(AssertionError):
         check_images(lambda image: antialiased(fastimage.published_pixels(image)))
+
+
+def test_the_fixture_says_which_upstream_release_and_command_made_it():
+    assert GOLDEN["upstream"] == {
+        "repository": "huggingface/optimum-habana",
+        "tag": "v1.7.0",
+        "commit": "daa24c97fe77cc9a2e45d6c1b3d0eead14dfe0e0",
+        "script": "examples/contrastive-image-text/run_bridgetower.py",
+    }
+    assert GOLDEN["command"].startswith(
+        "python tests/conformance/make_bridgetower_golden.py --optimum-habana "
+    )
+    # The publication's transformers, and its image path: torchvision's tensor resize without antialias.
+    assert (
+        GOLDEN["made_with"]["transformers"] == "4.31.0" and GOLDEN["made_with"]["resize_antialias"] is False
+    )

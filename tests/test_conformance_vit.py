@@ -134,3 +134,15 @@ def test_a_changed_published_semantic_fails_the_comparison():
 
     with pytest.raises(AssertionError):
         check_data(Rgb(CONFIG["data_size"], augment="none"))
+
+
+def test_the_fixture_says_which_upstream_commits_and_command_made_it():
+    assert GOLDEN["upstream"] == {
+        "repository": "facebookresearch/pycls",
+        "commits": {
+            "batch_first": "526685d4608a5b8455277f6e9d70d8a86029b041",
+            "batch_second": "5719de641657c251f807c20a1fcf8ef6f4b60144",
+        },
+    }
+    assert GOLDEN["command"].startswith("python tests/conformance/make_vit_golden.py --pycls ")
+    assert GOLDEN["made_with"]["torch"] and GOLDEN["made_with"]["numpy"]
