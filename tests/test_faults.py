@@ -264,3 +264,31 @@ def test_a_report_into_a_read_only_session_is_one_line_naming_the_path(tmp_path)
         assert refused.stderr.strip().splitlines()[-1] == (
             f"reprokit: cannot write {session_dir / 'results.csv'}: Read-only file system (EROFS)"
         )
+
+
+def test_a_trainer_that_outlives_its_killed_kit_keeps_the_machine_until_it_ends(tmp_path):
+    locks = {"REPROKIT_LOCK_DIR": str(tmp_path / "locks")}
+    stubborn = fake_recipe(
+        tmp_path / "a.yaml",
+        [{"name": "stubborn", "args": {"fake_hang_once": str(tmp_path / "hung"), "fake_ignore_term": True}}],
+    )
+    second = fake_recipe(tmp_path / "b.yaml", [{"name": "second", "args": {"fake_rate": 5}}])
+    with _kit(stubborn, tmp_path / "a", locks) as kit:
+        trainer = _trainer_pid(tmp_path / "a", "fake--stubborn")
+        os.kill(kit.pid, signal.SIGKILL)
+        kit.wait(30)
+    try:
+        time.sleep(0.5)
+        assert _alive(trainer)  # it ignored the SIGTERM of its kit's death
+        with _kit(second, tmp_path / "b", locks) as waiting:
+            time.sleep(5)
+            assert waiting.poll() is None  # waits for the machine: nothing of it has run
+            assert not list((tmp_path / "b").glob("*/runs/fake--second/sysinfo.json"))
+            os.killpg(trainer, signal.SIGKILL)
+            _wait_for(lambda: not _alive(trainer), what="the trainer to be killed")
+            _, said = waiting.communicate(timeout=120)
+            assert waiting.returncode == 0, said[-2000:]
+            assert "waiting for this machine" in said
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(trainer, signal.SIGKILL)

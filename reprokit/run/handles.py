@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reprokit.run import files, rundirs
+from reprokit.run import files, machinelock, rundirs
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ class ProcessHandle(Handle):
                 start_new_session=True,
                 # A prctl call in the child, nothing that takes a lock another thread may hold.
                 preexec_fn=die_with_the_kit(),
+                pass_fds=machinelock.inherited(),
             )
         except BaseException:
             self._log.close()

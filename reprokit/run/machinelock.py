@@ -25,6 +25,15 @@ NAME = "reprokit-machine.lock"
 SYSTEM_DIR = Path("/run/lock")
 # Set while a session holds the lock: the run.sh it starts does not take it a second time.
 HELD_ENV = "REPROKIT_MACHINE_LOCKED"
+# The held lock's descriptor, handed to each trainer the session starts: flock(2) belongs to the open
+# file, so a trainer that outlives its kit (one that ignores the SIGTERM of the kit's death) keeps the
+# machine locked until it ends, and the next session waits for it rather than measuring beside it.
+_held: list[int] = []
+
+
+def inherited() -> tuple[int, ...]:
+    """The descriptors a process started for a cell must keep open (the machine's lock, when held)."""
+    return tuple(_held)
 
 
 def lock_dir() -> Path:
@@ -76,9 +85,11 @@ def held(session_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(me).encode(), 0)
         os.environ[HELD_ENV] = "1"
+        _held.append(fd)
         try:
             yield
         finally:
+            _held.remove(fd)
             os.environ.pop(HELD_ENV, None)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
