@@ -335,3 +335,34 @@ def test_without_dali_the_flag_is_refused_in_one_line(tmp_path, monkeypatch):
         "run_volo.py: error: --loader dali needs NVIDIA DALI: pip install nvidia-dali-cuda120"
     )
     assert not any(tmp_path.iterdir())  # nothing started
+
+
+def test_a_jpeg_dali_cannot_decode_is_named_by_its_path(tmp_path):
+    # Its header reads (the workers draw the crop from it), its body is cut: DALI fails on "sample #1"
+    # of some batch; the trainer must say which file, as the torch loader does.
+    from io import BytesIO
+
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    buffer = BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+        buffer, "JPEG"
+    )
+    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    for k in range(3):
+        (root / "train" / "n01440764" / f"cut{k}.JPEG").write_bytes(cut)
+    source = imagenet.ImageFolderSource(root)
+    maps = tokenlabel.LabelMaps(None, 2, 18)
+    dataset = imagenet.ImageTrainDataset(
+        source,
+        imagenet.TrainTransform(32, auto_augment=None),
+        encoded=True,
+        extra=lambda index, crop: {"label_map": maps.load(index, source.key(index), source.label(index))},
+    )
+    with pytest.raises(imagenet.BadImage) as caught:
+        for _ in dali.DaliLoader(dataset, 2, img_size=32, seed=0):
+            pass
+    line = imagenet.BadImage.line(caught.value)
+    assert line.startswith(f"bad image {root / 'train' / 'n01440764' / 'cut'}")
+    assert line.endswith(": image file is truncated (1 bytes not processed); remove or replace the file")

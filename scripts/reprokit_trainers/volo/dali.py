@@ -28,11 +28,14 @@ line how to install it when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,7 @@ from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as dali_ops
 from nvidia.dali.auto_aug.core import select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+from PIL import Image
 
 from reprokit_trainers.common import imagenet, randaugment
 
@@ -370,15 +374,20 @@ class _Feed:
     training loop turns the epoch: so the epoch the sampler shuffles for is DALI's own count.
     """
 
+    # DALI prefetches a few batches ahead: one that fails to decode is among the last ones fed.
+    RECENT = 8
+
     def __init__(self, loader: torch.utils.data.DataLoader) -> None:
         self.loader = loader
         self.batches: Iterator[dict[str, Any]] | None = None
+        self.recent: deque[list[str]] = deque(maxlen=self.RECENT)
 
     def __call__(self, info: Any) -> tuple[Any, ...]:
         if info.iteration == 0 or self.batches is None:
             self.loader.sampler.set_epoch(info.epoch_idx)
             self.batches = iter(self.loader)
         batch = next(self.batches)  # StopIteration ends DALI's epoch
+        self.recent.append(list(batch.get("source", [])))
         return (
             [jpeg.numpy() for jpeg in batch["jpeg"]],
             batch["crop_box"].numpy(),
@@ -430,8 +439,9 @@ class DaliLoader:
         self.device = "gpu" if device_id is not None else "cpu"
         self.num_threads = num_threads
         self.departures = [rand_augment_spec.departure] if rand_augment_spec is not None else []
+        self._feed = _Feed(self.feed)
         self.pipeline = build_pipeline(
-            _Feed(self.feed),
+            self._feed,
             batch_size=batch_size,
             img_size=img_size,
             device_id=device_id,
@@ -440,21 +450,41 @@ class DaliLoader:
             rand_augment_spec=rand_augment_spec,
             interpolation=interpolation,
         )
-        self._batches = DALIGenericIterator(
-            [self.pipeline],
-            list(OUTPUTS),
-            size=-1,
-            last_batch_policy=LastBatchPolicy.PARTIAL,
-            auto_reset=True,
-        )
+        with self._bad_images_named():  # the iterator runs the pipeline for its first batch
+            self._batches = DALIGenericIterator(
+                [self.pipeline],
+                list(OUTPUTS),
+                size=-1,
+                last_batch_policy=LastBatchPolicy.PARTIAL,
+                auto_reset=True,
+            )
 
     def __len__(self) -> int:
         return len(self.feed)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for (batch,) in self._batches:
-            batch["flipped"] = batch["flipped"].bool()
-            yield batch
+        with self._bad_images_named():
+            for (batch,) in self._batches:
+                batch["flipped"] = batch["flipped"].bool()
+                yield batch
+
+    @contextlib.contextmanager
+    def _bad_images_named(self) -> Iterator[None]:
+        """DALI says which sample of a batch it failed to decode, not which file: a failure is
+        named by the recently fed file that Pillow cannot decode either, where there is one."""
+        try:
+            yield
+        except RuntimeError:
+            for names in reversed(self._feed.recent):
+                for name in names:
+                    if not Path(name).is_file():
+                        continue
+                    try:
+                        with Image.open(name) as image:
+                            image.load()
+                    except (OSError, ValueError) as bad:
+                        raise imagenet.bad_file(name, bad) from None
+            raise
 
 
 def train_loader(
