@@ -9,7 +9,7 @@ clone at the tag (``git show``) and only its ``Transform``, ``collate_fn`` and `
 are executed (the script imports optimum.habana, which needs Habana's stack, so it is not imported
 whole). transformers 4.31 (the release optimum-habana 1.7.0 pins) gives the loss of a tiny
 BridgeTowerForContrastiveLearning whose parameters follow ``weights.py``'s rule, and its Trainer's
-default optimizer. The inputs are fixed: the two JPEGs committed in the fixture (one RGB, one grey).
+default optimizer: its parameter groups, one step and its learning-rate schedule. The inputs are fixed: the two JPEGs committed in the fixture (one RGB, one grey).
 
 torchvision: the 2023 runs had torchvision 0.15-0.16, whose tensor Resize did not antialias unless
 asked; today's antialiases by default. The upstream Transform is run with that 2023 default restored
@@ -42,6 +42,15 @@ TINY = {
     "hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1,
     "contrastive_hidden_size": 32, "logit_scale_init_value": 2.6592,
 }  # fmt: skip
+# The parameters whose first-step updates the fixture keeps (a weight with decay, a bias and a
+# LayerNorm weight without, the learnable logit scale), and the schedule's length.
+STEP_PARAMS = (
+    "bridgetower.text_model.encoder.layer.0.attention.self.query.weight",
+    "bridgetower.text_model.encoder.layer.0.attention.self.query.bias",
+    "bridgetower.vision_model.visual.ln_post.weight",
+    "logit_scale",
+)
+SCHEDULE_STEPS = 6
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -148,6 +157,16 @@ def main() -> None:
     trainer = Trainer(model=model, args=training_args)
     trainer.create_optimizer()
     optimizer = trainer.optimizer
+    # One step of that optimizer from the gradients above, and the schedule the Trainer makes for a
+    # run of SCHEDULE_STEPS steps (the published command's: linear to zero, no warm-up).
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer.step()
+    updates = {name: (p.detach() - before[name]).double() for name, p in model.named_parameters()}
+    scheduler = trainer.create_scheduler(num_training_steps=SCHEDULE_STEPS, optimizer=optimizer)
+    learning_rates = []
+    for _ in range(SCHEDULE_STEPS):
+        learning_rates.append(scheduler.get_last_lr()[0])
+        scheduler.step()
     golden = {
         "upstream": {"repository": REPOSITORY, "tag": TAG, "commit": commit, "script": SCRIPT},
         "made_with": {
@@ -173,6 +192,13 @@ def main() -> None:
                 {"params": len(g["params"]), "weight_decay": g["weight_decay"], "eps": g["eps"]}
                 for g in optimizer.param_groups
             ],
+            "first_step": {
+                "update_norm_total": torch.norm(torch.stack([u.norm() for u in updates.values()])).item(),
+                "updates": {
+                    name: [round(v, 12) for v in updates[name].flatten()[:4].tolist()] for name in STEP_PARAMS
+                },
+            },
+            "learning_rates": learning_rates,
         },  # fmt: skip
     }
     Path(args.out).write_text(json.dumps(golden, indent=1) + "\n")
