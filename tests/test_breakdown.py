@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 
 import pytest
@@ -192,7 +193,11 @@ def _train_two_ranks(rank: int, store_path: str, hooked: bool, out: str) -> None
         weights = [p.detach().flatten().tolist() for p in model.parameters()]
         with open(out, "w") as fh:
             json.dump({"weights": weights, "breakdown": summary}, fh)
-    distributed.destroy_process_group()
+    # Leave together and skip gloo's teardown, which is not what this test checks: beside a peer
+    # still tearing down, a rank aborts now and then (std::terminate, SIGABRT; once in three CI runs
+    # here even after a barrier). A trainer's ok summary, written before, outlives such an abort.
+    torch.distributed.barrier()
+    os._exit(0)
 
 
 @pytest.mark.slow
