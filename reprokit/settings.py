@@ -59,7 +59,7 @@ def candidates(where: str | os.PathLike | None = None) -> list[Path]:
     layers = (Path("/etc/reprokit"), Path("~/.reprokit").expanduser(), Path(where or Path.cwd()) / "reprokit")
     found = []
     for stem in layers:
-        path = next((p for p in (stem.with_name(f"{stem.name}.{s}") for s in SUFFIXES) if p.is_file()), None)
+        path = next((p for p in (Path(f"{stem}.{suffix}") for suffix in SUFFIXES) if p.is_file()), None)
         if path is not None:
             found.append(path.resolve())
     return found

@@ -340,16 +340,10 @@ def test_without_dali_the_flag_is_refused_in_one_line(tmp_path, monkeypatch):
 def test_a_jpeg_dali_cannot_decode_is_named_by_its_path(tmp_path):
     # Its header reads (the workers draw the crop from it), its body is cut: DALI fails on "sample #1"
     # of some batch; the trainer must say which file, as the torch loader does.
-    from io import BytesIO
-
-    from tests.fakes import tiny_imagenet
+    from tests.fakes import tiny_imagenet, truncated_jpeg
 
     root = tiny_imagenet(tmp_path / "imagenet")
-    buffer = BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
-        buffer, "JPEG"
-    )
-    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    cut = truncated_jpeg()
     for k in range(3):
         (root / "train" / "n01440764" / f"cut{k}.JPEG").write_bytes(cut)
     source = imagenet.ImageFolderSource(root)

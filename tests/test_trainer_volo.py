@@ -348,7 +348,7 @@ def test_the_gpu_loader_resizes_its_crops_as_the_cpu_path_does():
     image = photo()
     batch = encoded_batch(image, 8)
     crops = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None, interpolation="bicubic")(
-        batch["jpeg"], batch["crop_box"], batch["flipped"]
+        batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"]
     )
     decoded = Image.open(__import__("io").BytesIO(batch["jpeg"][0].numpy().tobytes())).convert("RGB")
     for crop, box, flip in zip(crops, batch["crop_box"].tolist(), batch["flipped"].tolist(), strict=True):
@@ -363,7 +363,7 @@ def test_the_gpu_loader_resizes_its_crops_as_the_cpu_path_does():
 
 def test_the_gpu_loader_applies_the_randaugment_policy_it_was_given():
     batch = encoded_batch(photo(1), 48)
-    args = (batch["jpeg"], batch["crop_box"], batch["flipped"])
+    args = (batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"])
     plain = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None, interpolation="bicubic")(*args)
     augmented = imagenet.GpuDecode(
         32, torch.device("cpu"), auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic"
@@ -623,7 +623,7 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
     batch = imagenet.collate([dataset[i] for i in range(16)])
     assert len(batch["jpeg"]) == 16 and batch["jpeg"][0].dtype == torch.uint8 and "pixel_values" not in batch
     crops = imagenet.GpuDecode(32, torch.device("cpu"), auto_augment=None)(
-        batch["jpeg"], batch["crop_box"], batch["flipped"]
+        batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"]
     )
     assert crops.shape == (16, 3, 32, 32) and crops.dtype == torch.uint8
     for crop, (x0, _, x1, _) in zip(crops.float(), batch["crop_box"].tolist(), strict=True):
@@ -686,14 +686,10 @@ def _imagenet_with(root, bad: dict[str, bytes]):
     ids=["garbage", "truncated"],
 )
 def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
-    from io import BytesIO
+    from tests.fakes import truncated_jpeg
 
-    if data is None:  # a real JPEG cut in half, as an interrupted copy leaves it
-        buffer = BytesIO()
-        Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
-            buffer, "JPEG"
-        )
-        data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    if data is None:
+        data = truncated_jpeg()
     root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": data})
     source = imagenet.ImageFolderSource(root)
     dataset = imagenet.ImageTrainDataset(source, imagenet.TrainTransform(32, auto_augment=None))
@@ -723,14 +719,9 @@ def test_the_trainer_stops_in_one_line_naming_the_bad_file_from_a_loader_worker(
 def test_the_gpu_loader_names_a_bad_image_its_header_let_through(tmp_path):
     # A JPEG cut after its header passes the workers (they read only the size); it fails at decode,
     # on the device, where the trainer must still say which file it was.
-    from io import BytesIO
+    from tests.fakes import truncated_jpeg
 
-    buffer = BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
-        buffer, "JPEG"
-    )
-    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
-    root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": cut})
+    root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": truncated_jpeg()})
     source = imagenet.ImageFolderSource(root)
     dataset = imagenet.ImageTrainDataset(source, imagenet.TrainTransform(32, auto_augment=None), encoded=True)
     batch = imagenet.collate([dataset[i] for i in range(len(source))])

@@ -10,8 +10,10 @@ another program since is not mistaken for the trainer.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +68,15 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def still_running(run_dir: Path) -> str | None:
+def _slurm_answers() -> bool:
+    from reprokit.run.runtimes import slurm  # only where a cell went to Slurm
+
+    return slurm.cluster_status() is None
+
+
+def still_running(run_dir: Path, slurm_answers: Callable[[], bool] = _slurm_answers) -> str | None:
     """What still runs in `run_dir` from a kit that is gone, in a few words; None when nothing does."""
-    job = _slurm_job_alive(run_dir)
+    job = _slurm_job_alive(run_dir, slurm_answers)
     if job is not None:
         return job
     found: dict[str, Any] | None = rundirs.read_json(run_dir / FILE)
@@ -84,17 +92,17 @@ def still_running(run_dir: Path) -> str | None:
     return None
 
 
-def _slurm_job_alive(run_dir: Path) -> str | None:
+def _slurm_job_alive(run_dir: Path, slurm_answers: Callable[[], bool]) -> str | None:
     """A Slurm job outlives the kit that submitted it (a closed login shell, kill -9): its slurm.json
     names it, and slurmctld says whether it is still queued or running, from any login node."""
     job = rundirs.read_json(run_dir / rundirs.FILES["slurm_job"])
     job_id = job.get("job_id") if job else None
     if not isinstance(job_id, str) or rundirs.is_complete(run_dir):
         return None
-    from reprokit.run.runtimes import slurm  # only where a cell went to Slurm
-
-    if slurm.cluster_status() is not None:
+    if not slurm_answers():
         return None  # no controller answers here: the kit that would resubmit cannot either
+    from reprokit.run.runtimes import slurm
+
     state = slurm.job_state(job_id)
     if state is None or state.finished:
         return None
@@ -103,7 +111,8 @@ def _slurm_job_alive(run_dir: Path) -> str | None:
 
 def refuse_live(run_dirs: list[Path]) -> None:
     """Refuse, in one line, to rerun cells whose trainer from an earlier kit still runs."""
-    live = [(d, why) for d in run_dirs if (why := still_running(d)) is not None]
+    answers = functools.cache(_slurm_answers)  # one ping of the controller for the session, not one a cell
+    live = [(d, why) for d in run_dirs if (why := still_running(d, answers)) is not None]
     if live:
         what = "; ".join(f"{d.name}: {why}" for d, why in live)
         raise ReprokitError(

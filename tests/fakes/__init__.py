@@ -52,6 +52,20 @@ def tiny_imagenet(root: Path) -> Path:
     return root
 
 
+def truncated_jpeg() -> bytes:
+    """A real JPEG cut in half, as an interrupted copy leaves it: its header reads, its body does not."""
+    from io import BytesIO
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+        buffer, "JPEG"
+    )
+    return buffer.getvalue()[: len(buffer.getvalue()) // 2]
+
+
 def fake_env() -> dict[str, str]:
     """Environment that puts the fake trainers (the `fakes` package) where the local runtime looks."""
     return {"REPROKIT_TRAINERS_PATH": str(FAKES.parent)}

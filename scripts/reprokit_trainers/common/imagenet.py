@@ -478,13 +478,13 @@ class GpuDecode:
         jpegs: list[torch.Tensor],
         boxes: torch.Tensor,
         flipped: torch.Tensor,
-        sources: Sequence[str] | None = None,
+        sources: Sequence[str],
     ) -> torch.Tensor:
+        """The batch's crops; ``sources`` (the samples' files) name an image no decoder can read."""
         try:
             return self.decoder.run(jpegs, lambda images: self._finish(images, boxes, flipped))
         except gpudecode.UndecodableImage as bad:
-            name = sources[bad.index] if sources is not None else f"{bad.index} of its batch"
-            raise bad_file(name, bad.error) from None
+            raise bad_file(sources[bad.index], bad.error) from None
 
     def _augment(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         # Images of one size are augmented as one batch (ImageNet's are mostly 500 x 375 or 375 x 500).

@@ -46,7 +46,6 @@ from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as dali_ops
 from nvidia.dali.auto_aug.core import select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-from PIL import Image
 
 from reprokit_trainers.common import imagenet, randaugment
 
@@ -480,9 +479,8 @@ class DaliLoader:
                     if not Path(name).is_file():
                         continue
                     try:
-                        with Image.open(name) as image:
-                            image.load()
-                    except (OSError, ValueError) as bad:
+                        imagenet.open_rgb(Path(name).read_bytes())
+                    except (OSError, ValueError) as bad:  # as the torch loader's workers decode it
                         raise imagenet.bad_file(name, bad) from None
             raise
 
