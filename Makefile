@@ -14,36 +14,53 @@ help:  ## this list
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
-# The stamp changes only when the pins do, so a second `make` installs nothing.
-$(VENV)/.installed: pyproject.toml docker/locks/cpu.txt | $(BIN)/activate
+# torch's CPU wheels from PyTorch's own index, for a first look on a machine without a GPU (no CUDA
+# stack: benchmarks/README.md gives the sizes): make reproduce TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+# The cpu image's lock without its hashes (those are the image's files, for its Python): the same
+# versions here, whichever Python and wheels this machine takes.
+CONSTRAINTS := $(VENV)/constraints.txt
+
+$(CONSTRAINTS): docker/locks/cpu.txt | $(BIN)/activate
+	sed -E 's/ +--hash=[^ ]+//g' $< > $@
+
+# What reproducing needs (the kit and its trainers' stack), and no test tool. Each stamp changes
+# only when the pins do, so a second `make` installs nothing.
+$(VENV)/.reproduce: pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[train,mlflow,dev]" -c docker/locks/cpu.txt
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --index-url $(TORCH_INDEX) torch torchvision -c $(CONSTRAINTS))
+	$(BIN)/pip install --quiet -e ".[train]" -c $(CONSTRAINTS)
+	touch $@
+
+# The tests' tools and the MLflow export on top (make test, lint, bench).
+$(VENV)/.test: $(VENV)/.reproduce
+	$(BIN)/pip install --quiet -e ".[train,mlflow,test]" -c $(CONSTRAINTS)
 	touch $@
 
 RECIPE ?= all
 
-reproduce: $(VENV)/.installed  ## rerun every recipe (RECIPE=name for one) at the scale that fits this machine
+reproduce: $(VENV)/.reproduce  ## rerun every recipe (RECIPE=name for one) at the scale that fits this machine
 	$(INV) reproduce $(RECIPE) $(ARGS)
 
-images: $(VENV)/.installed  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
+images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
-test: $(VENV)/.installed  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
+test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 	$(BIN)/ruff format --check --quiet reprokit scripts tests tasks.py benchmarks
 	$(BIN)/pytest -q -ra $(ARGS)
 
-lint: $(VENV)/.installed  ## ruff's checks and formatting
+lint: $(VENV)/.test  ## ruff's checks and formatting
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 	$(BIN)/ruff format --check reprokit scripts tests tasks.py benchmarks
 
-report: $(VENV)/.installed  ## rewrite the newest session's report
+report: $(VENV)/.reproduce  ## rewrite the newest session's report
 	$(INV) report latest
 
-bench: $(VENV)/.installed  ## data-path and kit-overhead benchmarks (table + CSV in benchmarks/results/)
+bench: $(VENV)/.test  ## data-path and kit-overhead benchmarks (table + CSV in benchmarks/results/)
 	$(BIN)/python -m benchmarks.run $(ARGS)
 
-bench-gpu: $(VENV)/.installed  ## GPU throughput benchmarks (needs a CUDA device)
+bench-gpu: $(VENV)/.test  ## GPU throughput benchmarks (needs a CUDA device)
 	$(BIN)/python -m benchmarks.run --gpu $(ARGS)
 
 clean:  ## remove rendered files and caches (results/ is kept)

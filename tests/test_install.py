@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,11 +17,13 @@ import pytest
 
 from tests.conftest import ROOT
 
+DISTRIBUTION = "reprokit-bench"
+
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A venv with the kit's wheel installed (its dependencies from the package index or pip's cache)."""
-    where = tmp_path_factory.mktemp("installed")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of the files git would ship, a folder holding the kit's wheel built from it)."""
+    where = tmp_path_factory.mktemp("built")
     wheel_dir = where / "dist"
     # From the files git would ship (setuptools builds in the source tree: a checkout's build/ would
     # be left behind, and reused by the next wheel with whatever it held before).
@@ -32,14 +36,21 @@ def installed(tmp_path_factory) -> Path:
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    built = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheel_dir), str(source)],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert built.returncode == 0, built.stderr[-2000:]
-    (wheel,) = wheel_dir.glob("reprokit-*.whl")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return source, wheel_dir
+
+
+@pytest.fixture(scope="module")
+def installed(built, tmp_path_factory) -> Path:
+    """A venv with the kit's wheel installed (its dependencies from the package index or pip's cache)."""
+    where = tmp_path_factory.mktemp("installed")
+    (wheel,) = built[1].glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     venv.create(where / "venv", with_pip=True)
     python = where / "venv" / "bin" / "python"
     pip = subprocess.run(
@@ -50,6 +61,59 @@ def installed(tmp_path_factory) -> Path:
     )
     assert pip.returncode == 0, pip.stderr[-2000:]
     return where / "venv" / "bin"
+
+
+def readme_install_lines() -> list[str]:
+    """Every `pip install` and `pipx install` the README shows, in its code blocks and its text."""
+    text = (ROOT / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            command = re.sub(r"\s+#\s.*$", "", line).strip()
+            if command.startswith(("pip install ", "pipx install ")):
+                found.append(command)
+    found += re.findall(r"`((?:pip|pipx) install [^`]+)`", text)
+    return list(dict.fromkeys(found))
+
+
+@pytest.mark.slow
+def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
+    source, wheel_dir = built
+    lines = readme_install_lines()
+    # The index's `reprokit` is another project's: the README installs the kit by its own name.
+    assert any(f"{DISTRIBUTION}[train]" in line for line in lines), lines
+    assert not [line for line in lines if re.search(r"\breprokit\[", line)], lines
+    for number, line in enumerate(lines):
+        words = shlex.split(line)
+        requirement = words[2:]
+        target = tmp_path / f"venv{number}"
+        # pipx installs with pip into a venv of its own: the same install, here into a fresh venv.
+        venv.create(target, with_pip=True)
+        python = target / "bin" / "python"
+        # A name resolves to this checkout's wheel (never the index's); a path is built from the checkout.
+        where = [] if requirement[0].startswith(".") else ["--no-index", "--find-links", str(wheel_dir)]
+        done = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+             *where, *requirement],
+            cwd=source, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{line}: {done.stderr[-2000:]}"
+        probe = (
+            "import importlib.metadata as m, json, reprokit; "
+            f"d = m.distribution({DISTRIBUTION!r}); "
+            "print(json.dumps([reprokit.__file__, d.metadata.get_all('Provides-Extra'), "
+            "d.read_text('entry_points.txt')]))"
+        )
+        shown = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+        assert shown.returncode == 0, f"{line}: {shown.stderr[-2000:]}"
+        module, extras, entry_points = json.loads(shown.stdout)
+        installed_tasks = Path(module).parent / "tasks.py"
+        # This kit's code, installed into the venv (not a checkout on the path, not someone else's).
+        assert Path(module).is_relative_to(target), (line, module)
+        assert installed_tasks.read_bytes() == (ROOT / "reprokit" / "tasks.py").read_bytes(), line
+        assert "reprokit = reprokit.cli:main" in entry_points, line
+        asked = re.findall(r"\[([\w,]+)\]", " ".join(requirement))
+        assert {e for group in asked for e in group.split(",")} <= set(extras), (line, extras)
 
 
 def _run(bin_dir: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -104,7 +168,7 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_p
     refused = _run(installed, elsewhere, *smoke)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert (
-        "install the kit with its train extra (pip install 'reprokit[train]')"
+        "install the kit with its train extra (pip install 'reprokit-bench[train]')"
         in refused.stderr.splitlines()[-1]
     )
     assert not list((elsewhere / "results").glob("*/runs/*/stdout.log"))

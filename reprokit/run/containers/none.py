@@ -66,7 +66,7 @@ class NoContainer(Container):
             raise ReprokitError(
                 f"the trainers run in this Python ({sys.executable}), which lacks {', '.join(missing[:4])}"
                 f"{' and more' if len(missing) > 4 else ''}: install the kit with its train extra "
-                "(pip install 'reprokit[train]'), or run the cells in the kit's image (--container docker)"
+                "(pip install 'reprokit-bench[train]'), or run the cells in the kit's image (--container docker)"
             )
 
     def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
