@@ -152,6 +152,14 @@ def test_curves_come_from_tensorboard_event_files_without_torch(session_dir):
     (event_file,) = (run_dir / "tensorboard").rglob("events.out.tfevents.*")
     event_file.write_bytes(event_file.read_bytes()[:-7])
     assert len(plots.read_scalars(run_dir / "tensorboard")["throughput/loss"]) == len(from_csv["loss"]) - 1
+    # A record whose bytes changed fails its CRC: TensorBoard's loader stops there rather than read a
+    # wrong value (what came before it still reads).
+    data = bytearray(event_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    event_file.write_bytes(bytes(data))
+    read = plots.read_scalars(run_dir / "tensorboard").get("throughput/loss", [])
+    assert [v for _, v in read] == pytest.approx([v for _, v in from_csv["loss"]][: len(read)])
+    assert len(read) < len(from_csv["loss"]) - 1
     # And the session gathers every cell's event files under one folder for `tensorboard --logdir`.
     run_inv("collect", str(session_dir))
     assert list((session_dir / "tensorboard" / "fake--base").rglob("events.out.tfevents.*"))

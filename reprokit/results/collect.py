@@ -18,7 +18,7 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.results import explain, ratios, records, repeats, verdicts
+from reprokit.results import explain, ratios, records, repeats, systemdesc, verdicts
 from reprokit.results.row import Row, csv_text, measured_columns
 from reprokit.run import files, rundirs, session
 
@@ -155,6 +155,7 @@ def _ran(record: records.RunRecord, run_dir: Path) -> dict[str, Any]:
         "error": summary.error if summary and not ok else None,
         "steps": summary.steps if summary else None,
         "train_time_s": extra.get("train_runtime_s"),
+        **_step_times(extra.get("step_time_s") if ok else None),
         "wall_time_s": round((ended - begun).total_seconds(), 3) if begun and ended else None,
         "peak_memory_bytes": extra.get("peak_memory_bytes"),
         "peak_memory_device_bytes": extra.get("peak_memory_device_bytes"),
@@ -166,6 +167,15 @@ def _ran(record: records.RunRecord, run_dir: Path) -> dict[str, Any]:
         "finished_at": finished,
         "software": summary.software if summary else {},
         "log_tail": extra.get("log_tail") if not ok else None,
+    }
+
+
+def _step_times(found: Any) -> dict[str, float | None]:
+    """The step-time percentile columns of a summary's ``step_time_s`` (None where a run has none)."""
+    found = found if isinstance(found, dict) else {}
+    return {
+        f"step_time_{q}_s": value if isinstance(value := found.get(q), int | float) else None
+        for q in ("p50", "p90", "p99")
     }
 
 
@@ -194,7 +204,8 @@ def _compared(r: Row, speedup: ratios.Speedup | None, efficiency: float | None) 
 
 
 def collect(session_dir: Path) -> list[Row]:
-    """Rebuild results.csv, results.jsonl and the tensorboard/ folder from the run directories."""
+    """Rebuild results.csv, results.jsonl, the systems' MLPerf descriptions (systems/) and the
+    tensorboard/ folder from the run directories."""
     if not session_dir.is_dir():
         raise ReprokitError(f"session folder {session_dir} does not exist")
     table = rows(session_dir)
@@ -204,6 +215,7 @@ def collect(session_dir: Path) -> list[Row]:
         session_dir / session.RESULTS_JSONL,
         "".join(json.dumps(r.to_json(), default=str, sort_keys=True) + "\n" for r in table),
     )
+    systemdesc.write(session_dir, table)
     try:
         _gather_tensorboard(session_dir)
     except OSError as exc:

@@ -49,7 +49,9 @@ def _client(tracking_uri: str):
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
-        raise ReprokitError('exporting to MLflow needs mlflow: pip install "reprokit-bench[mlflow]"') from None
+        raise ReprokitError(
+            'exporting to MLflow needs mlflow: pip install "reprokit-bench[mlflow]"'
+        ) from None
     return MlflowClient(tracking_uri=tracking_uri)
 
 

@@ -29,6 +29,14 @@ def seconds(value: Any) -> str:
     return f"{value:,.1f} s" if isinstance(value, int | float) else "-"
 
 
+def step_times(r: Row) -> str:
+    """A cell's step-time percentiles in milliseconds (its measured steps, end to end)."""
+    found = (r.step_time_p50_s, r.step_time_p90_s, r.step_time_p99_s)
+    if not all(isinstance(value, int | float) for value in found):
+        return "-"
+    return " / ".join(f"{value * 1e3:,.1f}" for value in found) + " ms"
+
+
 def percent(value: Any) -> str:
     return f"{value:.1%}" if isinstance(value, int | float) else "-"
 

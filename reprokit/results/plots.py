@@ -4,8 +4,8 @@ training curves, and the speedup ladder.
 
 matplotlib is imported only when a plot is drawn, so `inv --list` stays instant. The curves come
 from throughput.csv (the contract guarantees it); TensorBoard event files are read only where a
-run has no throughput.csv, with the event protobufs alone (no torch, no tensorflow), and only when
-the `tensorboard` package is installed.
+run has no throughput.csv, with TensorBoard's own loader (no torch, no TensorFlow), where the
+`tensorboard` package is installed; the caption names a run it could not read.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,52 +42,34 @@ class Plot:
 # Reading curves
 
 
+class NoTensorBoard(Exception):
+    """A run's curves are only in TensorBoard event files, and the tensorboard package is not here."""
+
+
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     """Scalars of every TensorBoard event file under `folder`: tag -> [(step, value)], by step.
 
-    Parses the TFRecord framing directly (length, crc, payload, crc) and the payload with
-    tensorboard's Event protobuf; a half-written last record (a run still going, or killed) is
-    dropped by its length. Returns {} when the `tensorboard` package is not installed.
+    Read with TensorBoard's own loader (its record reader checks each record's CRCs and stops at a
+    truncated or corrupt one: a run still going, or killed) and its compat layer, which gives the
+    scalars of every writer (simple values, tensors) one form. No torch, no TensorFlow. The
+    tensorboard package is not a dependency of the host (the kit's trainers write throughput.csv,
+    read first): NoTensorBoard where it is needed and missing.
     """
     try:
-        from tensorboard.compat.proto import event_pb2
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
     except ImportError:
-        return {}
+        raise NoTensorBoard from None
     scalars: dict[str, dict[int, float]] = {}
     for path in sorted(folder.rglob("events.out.tfevents.*")):
-        data = path.read_bytes()
-        offset = 0
-        while offset + 12 <= len(data):
-            (length,) = struct.unpack_from("<Q", data, offset)
-            start = offset + 12
-            if start + length + 4 > len(data):
-                break
-            try:
-                event = event_pb2.Event.FromString(data[start : start + length])
-            except Exception:  # protobuf's DecodeError: a corrupt record ends what can be read
-                break
-            offset = start + length + 4
+        for event in EventFileLoader(str(path)).Load():
             for value in event.summary.value:
-                number = _scalar(value)
-                if number is not None:
-                    scalars.setdefault(value.tag, {})[int(event.step)] = number
+                if value.metadata.plugin_data.plugin_name != "scalars":
+                    continue
+                number = tensor_util.make_ndarray(value.tensor)
+                if number.size == 1:
+                    scalars.setdefault(value.tag, {})[int(event.step)] = float(number.reshape(()))
     return {tag: sorted(points.items()) for tag, points in scalars.items()}
-
-
-def _scalar(value: Any) -> float | None:
-    if value.HasField("simple_value"):
-        return float(value.simple_value)
-    if value.HasField("tensor"):
-        tensor = value.tensor
-        if tensor.float_val:
-            return float(tensor.float_val[0])
-        if tensor.double_val:
-            return float(tensor.double_val[0])
-        if len(tensor.tensor_content) in (4, 8):
-            return float(
-                struct.unpack("<f" if len(tensor.tensor_content) == 4 else "<d", tensor.tensor_content)[0]
-            )
-    return None
 
 
 def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -103,7 +84,10 @@ def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
                     if step is not None and value is not None:
                         curves[key].append((int(step), value))
         return curves
-    scalars = read_scalars(run_dir / rundirs.FILES["tensorboard"])
+    events = run_dir / rundirs.FILES["tensorboard"]
+    if not events.is_dir() or not any(events.rglob("events.out.tfevents.*")):
+        return curves
+    scalars = read_scalars(events)
     for key in curves:
         # The kit's own tags first, then what the HF Trainer logs.
         for tag in (f"throughput/{key}", f"train/{key}"):
@@ -170,7 +154,10 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
         xs = [j + (i - (len(series) - 1) / 2) * width for j, v in enumerate(variants) if v in values]
         ys = [values[v] for v in variants if v in values]
         color = MEASURED_COLOR if i == 0 else PUBLISHED_COLORS[(i - 1) % len(PUBLISHED_COLORS)]
-        bars = ax.bar(xs, ys, width, label=label, color=color, edgecolor="black", linewidth=0.4)
+        # The measured bars of repeated cells (--repeat) span their runs' min to max, as history's do.
+        spans = _repeat_spans([r for r in rows if r.variant in values]) if i == 0 else None
+        bars = ax.bar(xs, ys, width, label=label, color=color, edgecolor="black", linewidth=0.4, yerr=spans,
+                      capsize=3 if spans is not None else 0, error_kw={"linewidth": 0.8})  # fmt: skip
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
     unit = _unit(rows)
     ticks = [v if r.status == "ok" else f"{v} ({r.status})" for v, r in zip(variants, rows, strict=True)]
@@ -186,10 +173,30 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
         "none), divided by the number of devices; published figures are whole-node numbers divided by "
         "their device count."
     )
+    if any((r.repeats or 1) > 1 for r in measured):
+        caption += " A repeated cell's bar is its runs' median; its error bar spans their min to max."
     unjudged = sorted({r.verdict_reasons for r in rows if r.verdict == verdicts.NOT_COMPARABLE} - {None})
     if comparable and unjudged:
         caption += f" Not comparable here: {'; '.join(unjudged)}."
     return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
+
+
+def _repeat_spans(rows: list[Row]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bars, per device: (median - min, max - median) of each repeated
+    cell's runs, zero for a cell that ran once; None where no cell repeated."""
+    if not any((r.repeats or 1) > 1 and r.measured_min is not None for r in rows):
+        return None
+    below, above = [], []
+    for r in rows:
+        low, high, median, per_device = r.measured_min, r.measured_max, r.measured, r.measured_per_device
+        if (r.repeats or 1) > 1 and None not in (low, high, median, per_device) and median:
+            factor = per_device / median
+            below.append(max(median - low, 0.0) * factor)
+            above.append(max(high - median, 0.0) * factor)
+        else:
+            below.append(0.0)
+            above.append(0.0)
+    return [below, above]
 
 
 def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
@@ -262,13 +269,15 @@ def _unit(rows: list[Row]) -> str:
 
 def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """samples/s and loss per logging step, one line per variant."""
-    curves = {
-        r.variant if r.status == "ok" else f"{r.variant} ({r.status})": read_curves(
-            session_dir / session.RUNS / r.run_dir
-        )
-        for r in rows
-        if r.run_dir
-    }
+    curves, unread = {}, []
+    for r in rows:
+        if not r.run_dir:
+            continue
+        label = r.variant if r.status == "ok" else f"{r.variant} ({r.status})"
+        try:
+            curves[label] = read_curves(session_dir / session.RUNS / r.run_dir)
+        except NoTensorBoard:
+            unread.append(str(label))
     curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
     if not curves:
         return None
@@ -289,6 +298,11 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
             ax.legend(fontsize=8)
     name = f"curves-{slug(recipe)}.png"
     caption = "From each run's throughput.csv (the TensorBoard event files where a run has none)."
+    if unread:
+        caption += (
+            f" Not drawn: {', '.join(unread)} (no throughput.csv, and reading its TensorBoard event files "
+            "needs the tensorboard package: pip install tensorboard)."
+        )
     return Plot(recipe, name, f"{recipe}: training curves", caption, save(fig, session_dir, name))
 
 

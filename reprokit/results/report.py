@@ -128,6 +128,8 @@ def publication_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     ]
     if any(r.samples_per_joule for r in rows):
         body.append(["measured samples/J", *(formats.number(r.samples_per_joule, 3) for r in rows)])
+    if any(r.step_time_p50_s for r in rows):
+        body.append(["step time p50 / p90 / p99", *(formats.step_times(r) for r in rows)])
 
     def of_group(text: Callable[[Row], str]) -> list[str]:
         return ["-" if r.beyond else text(r) for r in rows]

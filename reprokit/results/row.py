@@ -82,6 +82,10 @@ class Row:
     error: str | None = column()
     steps: int | None = column()
     train_time_s: float | None = column()
+    # The measured steps' own times (summary.json's step_time_s): what latency-minded readers read first.
+    step_time_p50_s: float | None = column()
+    step_time_p90_s: float | None = column()
+    step_time_p99_s: float | None = column()
     wall_time_s: float | None = column()
     peak_memory_bytes: int | None = column()
     # What NVML saw the process hold (DALI's and nvJPEG's pools, the CUDA context): beside the allocator's.

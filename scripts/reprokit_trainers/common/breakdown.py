@@ -18,6 +18,10 @@ synchronized anyway. So:
 
 Each is a fraction of the window it was measured over: a throughput.csv row's interval, or the
 meter's measured window (after the warm-up) for summary.json. Figures are rank 0's.
+
+The same readings give each measured step's own time, from the end of the step before to its end
+(between the two end events on a GPU, the host clock elsewhere), and summary.json's ``step_time_s``
+their percentiles (p50, p90, p99): nothing is synchronized for them.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class _Step:
     end: Any = None  # device event at the step's end
     communication: list[list[Any]] = field(default_factory=list)  # [began, ended] host times or events
     measured: bool = False
+    previous_end_host: float | None = None  # when the step before ended (host clock)
 
 
 def device_events() -> Callable[[], Any] | None:
@@ -91,6 +96,8 @@ class Breakdown:
         self._anchor: Any = None  # device event at the last boundary: where the next gap starts
         self.interval = Totals()
         self.measured = Totals()
+        self.step_times: list[float] = []  # seconds of each measured step, end to end
+        self._previous_end: Any = None  # the device event at the end of the last resolved step
 
     # --- what the loop calls ---------------------------------------------------------------------
 
@@ -143,6 +150,7 @@ class Breakdown:
         step.end = self._record()
         step.communication, self._comm = self._comm, []
         step.measured = measured
+        step.previous_end_host = self._last_end_host
         self._last_end_host = step.host_end
         self._pending.append(step)
 
@@ -156,11 +164,33 @@ class Breakdown:
             )
             previous = step.end
             self.interval.add(data_wait, compute, communication)
+            took = self._step_time(step)
             if step.measured:
                 self.measured.add(data_wait, compute, communication)
+                if took is not None:
+                    self.step_times.append(took)
         self._pending = []
         if self._event is not None:
             self._anchor = self._record()
+
+    def _step_time(self, step: _Step) -> float | None:
+        """The step's time from the end of the one before (None for the run's first step)."""
+        if self._event is None:
+            return None if step.previous_end_host is None else step.host_end - step.previous_end_host
+        before, self._previous_end = self._previous_end, step.end
+        return None if before is None else before.elapsed_time(step.end) / 1e3
+
+    def step_time_summary(self) -> dict[str, Any] | None:
+        """summary.json's ``step_time_s``: the measured steps' percentiles (linear between ranks)."""
+        times = sorted(self.step_times)
+        if not times:
+            return None
+        return {
+            **{f"p{q}": round(percentile(times, q), 6) for q in (50, 90, 99)},
+            "mean": round(sum(times) / len(times), 6),
+            "steps": len(times),
+            "basis": self.basis,
+        }
 
     def _host_step(self, step: _Step) -> tuple[float, float, float]:
         start = step.host_start if step.host_start is not None else step.host_end
@@ -270,6 +300,14 @@ class Breakdown:
             "data_wait_timed": self.data_timed,
             "communication_timed": self.communication,
         }
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The q-th percentile of sorted values, linear between the closest ranks (numpy's default)."""
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _union(spans: list[tuple[float, float]], low: float, high: float) -> float:

@@ -371,6 +371,21 @@ class EnergyMeter:
             if self._tally is not None:
                 self._end = _Tally(**{**self._tally.__dict__, "t": now, "counter": counter})
 
+    def reading(self) -> tuple[float | None, float | None]:
+        """(the newest sampled power in watts, the joules since the window started) for a logging
+        interval's scalars; None where there is no reading yet (or before the window)."""
+        with self._lock:
+            last, start, tally = self._last, self._start, self._tally
+            source = self.source
+            if source is None or last is None:
+                return None, None
+            watts = last[1]
+            if tally is None or start is None:
+                return watts, None
+            if source.has_counter and last[3] is not None and start.counter is not None:
+                return watts, max(last[3] - start.counter, 0.0)
+            return watts, tally.power_integral
+
     def stop(self) -> None:
         """Stop sampling and release the source (once: the window is over)."""
         if self._stop.is_set():

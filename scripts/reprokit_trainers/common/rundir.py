@@ -4,7 +4,9 @@ Every trainer in this package writes its results through this module so that the
 (`reprokit`) can read any run the same way:
 
 - ``throughput.csv``: one row per logging step;
-- ``tensorboard/``: event files (the trainers' own scalars plus ``throughput/*``);
+- ``tensorboard/``: event files (the trainers' own scalars plus ``throughput/*``, ``breakdown/*`` and
+  ``energy/*``, and the run's hyperparameters and software for TensorBoard's HParams dashboard);
+- ``mlperf.log``: MLPerf's ``:::MLLOG`` lines (mllog.py);
 - ``sysinfo.json``: device, driver, framework versions, image id;
 - ``summary.json``: written last and atomically; its presence means the run completed.
 
@@ -37,12 +39,13 @@ from typing import Any
 
 import torch
 
-from . import devicememory, hardware
+from . import devicememory, hardware, tbextra
 from .breakdown import Breakdown
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
 from .energy import EnergyMeter
 from .machineload import LoadWatch
+from .mllog import END, START, MlLog, wall_ms
 from .profiling import StepProfiler
 
 
@@ -150,6 +153,7 @@ class ThroughputMeter:
     samples: int = 0
     measured_samples: int = 0
     measured_start: float | None = None
+    first_step_samples: int | None = None  # the global batch, as the first step held it (mlperf.log)
     # The last boundary: its time, and the counts at that moment.
     last_time: float | None = None
     marked_steps: int = 0
@@ -173,6 +177,8 @@ class ThroughputMeter:
         """One optimizer step ended; ``boundary``: a step whose time is read (logging, last)."""
         self.steps += 1
         self.samples += global_samples
+        if self.steps == 1:
+            self.first_step_samples = global_samples
         if self.steps > self.warmup_steps:
             self.measured_samples += global_samples
         self.breakdown.step_end(measured=self.steps > self.warmup_steps)
@@ -246,6 +252,7 @@ class ThroughputMeter:
         first = self.warmup_steps + 1
         fields: dict[str, Any] = {
             "breakdown": self.breakdown.summary(seconds, f"steps {first}-{self.marked_steps}, rank 0"),
+            "step_time_s": self.breakdown.step_time_summary(),
         }
         if self.energy is not None:
             fields.update(self.energy.summary(self.marked_measured_samples))
@@ -285,9 +292,15 @@ class RunDir:
         # REPROKIT_WATCH_LOAD=0 turns it off (the kit's own test suite), recorded as machine_load null.
         self._load: LoadWatch | None = None
         self._watch_load = os.environ.get("REPROKIT_WATCH_LOAD", "1") != "0"
+        self._mllog: MlLog | None = None
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
             (self.path / FILES["tensorboard"]).mkdir(exist_ok=True)
+            self._mllog = MlLog(self.path / FILES["mllog"])
+            self._mllog.event("init_start", event_type=START)
+            cell = self.cell()
+            if cell.get("recipe"):
+                self._mllog.event("submission_benchmark", cell["recipe"], {"cell": cell.get("cell_id")})
 
     @property
     def tensorboard_dir(self) -> Path:
@@ -338,6 +351,8 @@ class RunDir:
             },
         }
         info.update(device_info())
+        if self._mllog is not None:
+            self._mllog.event("submission_platform", info.get("device_name"))
         # The machine as MLPerf's system descriptions name it (CPU, memory, clocks, power cap, links):
         # what a diff of two runs of one cell reads when their numbers differ.
         info["hardware"] = hardware.describe()
@@ -376,13 +391,56 @@ class RunDir:
             self._writer.writeheader()
         self._writer.writerow(row)
         self._csv.flush()
+        self._mllog_interval(meter, row)
         tb = self._tensorboard()
         if tb is not None:
             tb.add_scalar("throughput/samples_per_second", row["samples_per_second"], meter.marked_steps)
             if loss is not None:
                 tb.add_scalar("throughput/loss", float(loss), meter.marked_steps)
+            tbextra.interval_scalars(tb, meter.marked_steps, shares, meter.energy)
             tb.flush()
         return row
+
+    def _mllog_interval(self, meter: ThroughputMeter, row: dict[str, Any]) -> None:
+        """One logging interval as an MLPerf block (counted in samples) and its throughput; the run's
+        start (the meter's) before the first."""
+        log = self._mllog
+        if log is None:
+            return
+        began = wall_ms(meter.start)
+        if not log.run_started:
+            log.run_started = True
+            log.event("init_stop", event_type=END, time_ms=began)
+            log.event("run_start", event_type=START, time_ms=began)
+            if meter.first_step_samples is not None:
+                log.event("global_batch_size", meter.first_step_samples)
+            seed = (self.cell().get("args") or {}).get("seed")
+            if seed is not None:
+                log.event("seed", seed)
+            log.block_open_at = (0, began)
+        samples, opened_ms = log.block_open_at or (0, began)
+        now_ms = wall_ms(meter.last_time) if meter.last_time is not None else wall_ms()
+        log.event("block_start", metadata={"samples_count": samples}, event_type=START, time_ms=opened_ms)
+        log.event(
+            "block_stop", metadata={"samples_count": meter.marked_samples}, event_type=END, time_ms=now_ms
+        )
+        log.event("tracked_stats", {"throughput": row["samples_per_second"]}, {"step": meter.marked_steps,
+                  "samples_count": meter.marked_samples, "unit": self.unit}, time_ms=now_ms)  # fmt: skip
+        log.block_open_at = (meter.marked_samples, now_ms)
+
+    def _mllog_stop(self, meter: ThroughputMeter, status: str) -> None:
+        log = self._mllog
+        if log is None:
+            return
+        steady = meter.after_warmup()
+        if steady is not None:
+            log.event("tracked_stats", {"throughput": steady["value"]},
+                      {"step": meter.marked_steps, "definition": "after_warmup", "counted": steady["counted"],
+                       "unit": self.unit})  # fmt: skip
+        if log.run_started:
+            log.event("run_stop", metadata={"status": "success" if status == "ok" else "aborted"},
+                      event_type=END)  # fmt: skip
+        log.close()
 
     def _tensorboard(self):
         if self._tb is None:
@@ -415,8 +473,7 @@ class RunDir:
             self.depart(shared, THROUGHPUT)
         if self._csv is not None:
             self._csv.close()
-        if self._tb is not None:
-            self._tb.close()
+        self._mllog_stop(meter, status)
         if meter.profiler is not None:
             profiled = meter.profiler.departure(meter.warmup_steps + 1, meter.marked_steps)
             if profiled:
@@ -446,5 +503,11 @@ class RunDir:
             **meter.explained(self.path),
         }
         summary.update(extra)
+        tb = self._tensorboard()
+        if tb is not None:
+            # The run's hyperparameters (the cell's arguments, the software that ran) beside its figures,
+            # for TensorBoard's HParams dashboard; written before the summary, whose presence ends the run.
+            tbextra.hparams(tb, self.cell(), summary, meter.marked_steps)
+            tb.close()
         write_json_atomic(self.path / FILES["summary"], summary)
         return summary
