@@ -11,7 +11,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
   `reprokit` (which must not import torch);
 - the trainers' meter on and off on a real small training loop (meter.py): the ratio of samples
   per second with it and without, which must be within 1%.
-- `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py).
+- `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py);
+- the MLflow export of a 1,000-step run into SQLite (mlflow_export.py), which must take under 3 s.
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
 flops_per_sample) and the model FLOPs utilization the published figures imply, and times VOLO's
@@ -284,7 +285,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="training steps per GPU measurement")
     parser.add_argument(
         "--only",
-        choices=["history", "meter"],
+        choices=["history", "meter", "mlflow"],
         help="run one section of the CPU suite (make bench ARGS='--only history')",
     )
     parser.add_argument(
@@ -314,6 +315,9 @@ def main() -> None:
         return
     if args.only == "history":
         _history()
+        return
+    if args.only == "mlflow":
+        _mlflow()
         return
     rows = data_path(args.images, args.repeats, args.workers)
     _print(rows, "BridgeTower data path: JPEG bytes -> tensors (one core unless workers > 0)")
@@ -347,6 +351,18 @@ def main() -> None:
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
     print(meter.verdict(measured))
     _history()
+    _mlflow()
+
+
+def _mlflow() -> None:
+    from benchmarks import mlflow_export
+
+    rows = mlflow_export.run()
+    _print(rows, "inv export-results --to mlflow: a 1,000-step run into SQLite (best of 3)")
+    print(f"wrote {_write(rows, 'mlflow')}")
+    for r in rows:
+        print(f"mlflow: {r['steps']:,} steps exported in {r['export_s_best']:.2f} s "
+              f"(target {r['target_s']:.0f} s: {r['within']})")  # fmt: skip
 
 
 def _history() -> None:

@@ -157,3 +157,36 @@ def test_step_time_percentiles_are_in_the_summary_the_table_and_the_report(sessi
     report = (session / "report.md").read_text()
     line = next(line for line in report.splitlines() if line.startswith("| step time p50 / p90 / p99"))
     assert f"{times['p50'] * 1e3:,.1f} / " in line
+
+
+def test_the_mlflow_export_carries_energy_breakdown_step_times_and_the_git_commit(tmp_path):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from tests.fakes import fake_env, fake_recipe
+
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml",
+        [{"name": "v", "baseline": True,
+          "args": {"fake_steps": 30, "fake_data_wait": 0.25, "fake_samples_per_joule": 2.0}}],
+    )  # fmt: skip
+    results = tmp_path / "results"
+    done = run_inv("run", str(recipe), "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
+                   "--out", str(results), env=fake_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (folder,) = results.iterdir()
+    exported = run_inv("export-results", str(folder))
+    assert exported.returncode == 0, exported.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{results.resolve() / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("reprokit").experiment_id
+    runs = {r.data.tags["reprokit.cell"]: r for r in client.search_runs([experiment])}
+    cell = runs["fake--v"]
+    (row,) = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert cell.data.tags["mlflow.source.git.commit"] == row["kit_revision"]
+    assert runs[folder.name].data.tags["mlflow.source.git.commit"] == row["kit_revision"]
+    metrics = cell.data.metrics
+    assert metrics["result.samples_per_joule"] == 2.0 and metrics["result.data_wait_share"] == 0.25
+    assert metrics["result.energy_joules"] == pytest.approx(8.0)
+    history = client.get_metric_history(cell.info.run_id, "samples_per_second")
+    assert [m.step for m in history] == list(range(1, 31))
+    assert cell.data.params["variant"] == "v" and cell.data.params["arg.fake_steps"] == "30"

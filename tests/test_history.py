@@ -327,19 +327,19 @@ def test_an_interrupted_mlflow_export_is_finished_by_the_next_one(two_sessions, 
     from reprokit.results import export_mlflow
 
     results, first, _ = two_sessions
-    real = MlflowClient.log_metric
+    real = MlflowClient.log_batch
     calls = []
 
     def cut_short(self, *args, **kwargs):
         calls.append(args)
-        if len(calls) == 3:  # in the middle of the first cell's per-step metrics: Ctrl-C
+        if len(calls) == 1:  # the first cell's values, its run made and not yet terminated: Ctrl-C
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(MlflowClient, "log_metric", cut_short)
+    monkeypatch.setattr(MlflowClient, "log_batch", cut_short)
     with pytest.raises(KeyboardInterrupt):
         export_mlflow.export(results / first)
-    monkeypatch.setattr(MlflowClient, "log_metric", real)
+    monkeypatch.setattr(MlflowClient, "log_batch", real)
     uri = f"sqlite:///{results.resolve() / 'mlflow.db'}"
     again = run_inv("export-results", str(results / first))
     assert again.returncode == 0, again.stderr

@@ -1,6 +1,10 @@
 """A session's results into MLflow: one parent run for the session (its report as artifacts) and one
 child run per cell with its parameters (the trainer's arguments, scale, accelerator, devices),
-per-step metrics (samples/s and loss from throughput.csv), its summary numbers and provenance tags.
+per-step metrics (samples/s, loss and the breakdown's shares from throughput.csv), its summary numbers
+(the figures, step-time percentiles, energy, the breakdown) and provenance tags, the kit's git commit
+as MLflow's own `mlflow.source.git.commit`. Each run's values go in `log_batch` calls (MLflow's
+limits per call: 1,000 metrics, 100 parameters, 100 tags), not one call per value: a 1,000-step run
+takes about a second on SQLite instead of a minute (benchmarks/README.md).
 
 The default store is a local SQLite database beside the results (results/mlflow.db, artifacts in
 results/mlartifacts); `--tracking-uri` names another (a team's MLflow server; a SQLite file keeps its
@@ -15,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +92,58 @@ def _tags(row: Row, session: str) -> dict[str, str]:
     return tags
 
 
+# The summary's numbers logged once per run (Row's fields), beside the per-step curves.
+RESULT_METRICS = (
+    "measured", "measured_per_device", "ratio_per_device", "measured_after_warmup", "measured_whole_run",
+    "measured_gaudi_trainer", "mfu", "peak_memory_bytes", "step_time_p50_s", "step_time_p90_s",
+    "step_time_p99_s", "samples_per_joule", "energy_joules", "power_mean_w", "power_peak_w",
+    "utilization_mean", "data_wait_share", "compute_share", "communication_share", "other_share",
+)  # fmt: skip
+# What throughput.csv holds per logging step and MLflow draws as curves.
+STEP_METRICS = ("samples_per_second", "loss", "data_wait", "compute", "communication", "other")
+BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's limits per log_batch call
+GIT_COMMIT = "mlflow.source.git.commit"
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _metrics(row: Row, steps: list[dict[str, str]], now_ms: int) -> list[Any]:
+    from mlflow.entities import Metric
+
+    found = []
+    for step in steps:
+        number = _number(step.get("step"))
+        if number is None:
+            continue
+        for name in STEP_METRICS:
+            value = _number(step.get(name))
+            if value is not None:
+                found.append(Metric(name, value, now_ms, int(number)))
+    for name in RESULT_METRICS:
+        value = getattr(row, name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            found.append(Metric(f"result.{name}", float(value), now_ms, 0))
+    return found
+
+
+def _log_batches(client, run_id: str, metrics: list[Any], params: list[Any], tags: list[Any]) -> None:
+    """Everything of one run in as few log_batch calls as MLflow's limits allow."""
+    while metrics or params or tags:
+        client.log_batch(
+            run_id,
+            metrics=metrics[: BATCH["metrics"]],
+            params=params[: BATCH["params"]],
+            tags=tags[: BATCH["tags"]],
+        )
+        metrics, params = metrics[BATCH["metrics"] :], params[BATCH["params"] :]
+        tags = tags[BATCH["tags"] :]
+
+
 def _steps(run_dir: Path) -> list[dict[str, str]]:
     path = run_dir / rundirs.FILES["throughput"]
     if not path.exists():
@@ -132,9 +189,11 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
             existing[run.data.tags.get("reprokit.cell")] = run
     parent = existing.get(session)
     if parent is None:
-        parent = client.create_run(
-            experiment, run_name=session, tags={"reprokit.run.session": session, "reprokit.cell": session}
-        )
+        revisions = sorted({r.kit_revision for r in table if r.kit_revision})
+        parent_tags = {"reprokit.run.session": session, "reprokit.cell": session}
+        if len(revisions) == 1:  # the session's kit commit; a session resumed by another kit has none
+            parent_tags[GIT_COMMIT] = revisions[0]
+        parent = client.create_run(experiment, run_name=session, tags=parent_tags)
         for name in (sessions.REPORT_HTML, sessions.REPORT_MD, sessions.RESULTS_CSV, sessions.SESSION_FILE):
             if (session_dir / name).exists():
                 client.log_artifact(parent.info.run_id, str(session_dir / name))
@@ -145,20 +204,16 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
             continue
         run_dir = session_dir / sessions.RUNS / row.run_dir
         cell = rundirs.read_json(run_dir / rundirs.FILES["cell"]) or {}
+        from mlflow.entities import Param
+
         tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id}
+        if row.kit_revision:
+            tags[GIT_COMMIT] = row.kit_revision
         run = client.create_run(experiment, run_name=row.cell_id, tags=tags)
         run_id = run.info.run_id
-        for key, value in _params(row, cell).items():
-            client.log_param(run_id, key, value)
-        for step in _steps(run_dir):
-            for metric in ("samples_per_second", "loss"):
-                if step.get(metric) not in (None, ""):
-                    client.log_metric(run_id, metric, float(step[metric]), step=int(step["step"]))
-        for metric in ("measured", "measured_per_device", "ratio_per_device", "measured_after_warmup",
-                       "measured_whole_run", "measured_gaudi_trainer", "mfu", "peak_memory_bytes"):  # fmt: skip
-            value = getattr(row, metric)
-            if isinstance(value, int | float):
-                client.log_metric(run_id, f"result.{metric}", float(value))
+        params = [Param(key, value) for key, value in _params(row, cell).items()]
+        metrics = _metrics(row, _steps(run_dir), int(time.time() * 1000))
+        _log_batches(client, run_id, metrics, params, [])
         # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
         client.set_terminated(run_id, status="FINISHED" if row.status == "ok" else "FAILED")
         found.made.append(run_id)
