@@ -24,12 +24,13 @@ CONSTRAINTS := $(VENV)/constraints.txt
 $(CONSTRAINTS): docker/locks/cpu.txt | $(BIN)/activate
 	sed -E 's/ +--hash=[^ ]+//g' $< > $@
 
-# What reproducing needs (the kit and its trainers' stack), and no test tool. Each stamp changes
+# What reproducing needs (the kit and its trainers' stack), and no test tool; --no-compile: Python
+# compiles the modules a run imports, not every file of every package (0.3 GB). Each stamp changes
 # only when the pins do, so a second `make` installs nothing.
 $(VENV)/.reproduce: pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --index-url $(TORCH_INDEX) torch torchvision -c $(CONSTRAINTS))
-	$(BIN)/pip install --quiet -e ".[train]" -c $(CONSTRAINTS)
+	$(BIN)/pip install --quiet --no-compile -e ".[train]" -c $(CONSTRAINTS)
 	touch $@
 
 # The tests' tools and the MLflow export on top (make test, lint, bench).

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invoke import task
-
 from reprokit.console import console
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.tasking import friendly
+from reprokit.tasking import friendly, task
 
 
 @task(

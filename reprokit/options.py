@@ -83,6 +83,7 @@ class RunOptions:
         None, "a session to finish (name or folder): reruns its stored plan, keeping complete cells"
     )
     dry_run: bool = _opt(False, "print what would run, and run nothing")
+    quiet: bool = _opt(False, "print only the result and errors: no progress bars, no messages")
     profile: bool = _opt(
         False,
         "trace a few steps of every cell after its warm-up with torch.profiler (runs/<cell>/profile/, "
@@ -106,7 +107,17 @@ RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resum
 # What a preflight takes: the session `reproduce` would run (it runs nothing of it but a few steps).
 PREFLIGHT_FIELDS = tuple(name for name in OPTIONS if name not in ("resume", "dry_run", "repeat"))
 # What a resumed session may be given: where results go, how long a cell may take, the plug-ins' options.
-RESUME_FIELDS = ("out", "timeout", "partition", "account", "time_limit", "exclusive", "image", "dry_run")
+RESUME_FIELDS = (
+    "out",
+    "timeout",
+    "partition",
+    "account",
+    "time_limit",
+    "exclusive",
+    "image",
+    "dry_run",
+    "quiet",
+)
 
 
 def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:

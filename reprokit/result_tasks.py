@@ -7,8 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from invoke import task
-
 from reprokit import settings
 from reprokit.errors import ReprokitError
 from reprokit.results import collect as collecting
@@ -16,7 +14,7 @@ from reprokit.results import report as reporting
 from reprokit.results import terminal
 from reprokit.run import files
 from reprokit.run import session as sessions
-from reprokit.tasking import friendly
+from reprokit.tasking import friendly, task
 
 SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
@@ -71,16 +69,23 @@ def report(c, session, results=None):
         "cell": "only cells whose id contains this",
         "device": "only runs on devices whose name contains this (H100, a100-80gb, ...)",
         "results": RESULTS_HELP,
+        "json_": "print the rows as JSON instead of the table, and write no page "
+        "(its schema: reprokit/schemas/history.schema.json)",
     },
 )
 @friendly
-def history(c, recipe, cell=None, device=None, results=None):
+def history(c, recipe, cell=None, device=None, results=None, json_=False):
     """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
     results folder."""
     from reprokit.results import history as over_time
 
     folder = _results(results)
     found = over_time.read(folder, None if recipe == "all" else recipe, cell, device)
+    if json_:
+        from reprokit import schemas
+
+        print(schemas.dumps("history", over_time.to_json(folder, found)))
+        return
     if found.skipped_line:
         print(found.skipped_line, file=sys.stderr)
     if not found.rows:
@@ -105,10 +110,14 @@ def history(c, recipe, cell=None, device=None, results=None):
         "noise": "for cells that ran once (no --repeat): the run-to-run spread in percent to accept as `same`; "
         "--fail-on-regression on single runs needs it",
         "results": RESULTS_HELP,
+        "json_": "print the comparison as JSON instead of the table; the gate's exit code is the same "
+        "(its schema: reprokit/schemas/compare.schema.json)",
     },
 )
 @friendly
-def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, results=None):
+def compare(
+    c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, results=None, json_=False
+):
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
     from reprokit.results import compare as comparing
@@ -121,13 +130,19 @@ def compare(c, a="previous", b="latest", threshold=5.0, fail_on_regression=None,
         folder = _results(results)
     band = None if noise is None else _percent(noise, "noise")
     limit = None if fail_on_regression is None else _percent(fail_on_regression, "fail-on-regression")
-    first, second, found = comparing.compare(folder, a, b, _percent(threshold, "threshold"), band)
-    comparing.print_table(first, second, found)
-    if limit is not None:
-        worse = comparing.gate(found, limit, band)
-        if worse:
-            names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
-            raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
+    fraction = _percent(threshold, "threshold")
+    first, second, found = comparing.compare(folder, a, b, fraction, band)
+    worse = comparing.gate(found, limit, band) if limit is not None else []
+    if json_:
+        from reprokit import schemas
+
+        payload = comparing.to_json(first, second, found, fraction, band, limit, worse)
+        print(schemas.dumps("compare", payload))
+    else:
+        comparing.print_table(first, second, found)
+    if worse:
+        names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
+        raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
 
 
 @task(

@@ -81,6 +81,21 @@ def _key(variable: str) -> str:
     return variable.removeprefix(ENV_PREFIX).lower()
 
 
+def _check_keys(path: Path, data: dict[str, Any]) -> None:
+    """A key the kit does not know is an error naming the closest one it does: a misspelt `partion:`
+    must not send every job to the default partition."""
+    import difflib
+
+    for key in data:
+        if key in KEYS:
+            continue
+        close = difflib.get_close_matches(str(key), KEYS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ReprokitError(
+            f"a reprokit settings file has an unknown key: {path}: '{key}'{hint}; the keys are {', '.join(KEYS)}"
+        )
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -94,6 +109,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise ReprokitError(
             f"a reprokit settings file cannot be read: {path}: a mapping of KEY: VALUE is expected"
         )
+    _check_keys(path, data)
     return data
 
 

@@ -1,7 +1,14 @@
 """How the kit's tasks are made: errors as one line, never a traceback (`friendly`), and flags from
 RunOptions: invoke reads a task's flags from its function signature, so the tasks that run recipes
 get theirs from the RunOptions fields they take (defaults and help), and each task body receives a
-filled `RunOptions` (`options_task`)."""
+filled `RunOptions` (`options_task`).
+
+Flags as a command-line user expects them (`task`, `_help_for`): no short flag invoke would make
+up from a name's letters (`-v` was --variant, `-t` --data, `-y` --dry-run), only the chosen ones
+(SHORT_FLAGS); a flag that takes a value is shown with it in --help (`--threshold=NUMBER`,
+`--variant=STRING`, repeatable ones said so), whatever its type. The installed `reprokit` command
+exits 2 on a usage error (cli.py); `inv`, invoke's own program, keeps invoke's 1.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,9 @@ import os
 import sys
 from typing import Any
 
-from invoke import Exit, task
+from invoke import Exit, Task
+from invoke import task as invoke_task
+from invoke.parser import ParserContext
 
 from reprokit.errors import ReprokitError
 from reprokit.invocation import command
@@ -19,6 +28,51 @@ from reprokit.options import OPTIONS, RunOptions, default_of
 from reprokit.run import files
 
 HELP_WORDS = ("-h", "--help")
+# The only short flags: chosen, never derived from a flag's first free letter.
+SHORT_FLAGS = {"quiet": "q"}
+# How --help shows the value of a flag whose type invoke leaves unnamed (it names str and int only).
+PLACEHOLDERS = {float: "NUMBER", list: "STRING"}
+
+
+class KitTask(Task):
+    """A task whose short flags are the chosen ones alone."""
+
+    def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        short = SHORT_FLAGS.get(name.rstrip("_"))
+        if short and short not in taken_names:
+            opts["names"] = [*opts["names"], short]
+        return opts
+
+
+def task(*args: Any, **kwargs: Any) -> Any:
+    """invoke's @task, making KitTasks without invoke's automatic short flags."""
+    kwargs.setdefault("klass", KitTask)
+    kwargs.setdefault("auto_shortflags", False)
+    return invoke_task(*args, **kwargs)
+
+
+_invoke_help_for = ParserContext.help_for
+
+
+def _help_for(self: ParserContext, flag: str) -> tuple[str, str]:
+    """invoke's flag spec for --help, with the value of a float or repeatable flag shown as invoke shows
+    a string's (its own names only str and int, so `--threshold` and `--variant` read as switches)."""
+    names, text = _invoke_help_for(self, flag)
+    arg = self.flags[flag]
+    placeholder = PLACEHOLDERS.get(arg.kind)
+    if placeholder is None or not arg.takes_value:
+        return names, text
+    shown = ", ".join(
+        f"{n} {placeholder}" if len(n.strip("-")) == 1 else f"{n}={placeholder}"
+        for n in sorted(self.names_for(flag), key=len)
+    )
+    return shown, text + (" (repeatable)" if arg.kind is list and "repeatable" not in text else "")
+
+
+# invoke builds its parser contexts itself (the loader copies a tasks module's collection into its own
+# Collection), so the help of `inv` and `reprokit` alike is fixed where it is made.
+ParserContext.help_for = _help_for  # type: ignore[method-assign]
 
 
 def print_help(module: str, task_name: str) -> None:
@@ -109,6 +163,10 @@ def options_task(
                     for k, v in values.items()
                 }
             )
+            if options.quiet:
+                from reprokit.console import console
+
+                console.quiet = True  # messages and progress; the result and errors still print
             return fn(c, given_recipe, options, **own)
 
         body.__signature__ = signature  # type: ignore[attr-defined]

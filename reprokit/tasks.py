@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from invoke import Collection, task
+from invoke import Collection
 
 from reprokit import image_tasks, result_tasks
 from reprokit.console import console
@@ -32,28 +32,57 @@ from reprokit.plan import accelerators, cells, recipes
 from reprokit.plan.planner import choose_scale, plan
 from reprokit.run import reproduce as reproducing
 from reprokit.run.wiring import runtime_for
-from reprokit.tasking import friendly, options_task
+from reprokit.tasking import friendly, options_task, task
 
 RECIPES_HELP = "a recipe name or path, several separated by commas, or all"
 
 
 @task(
     name="recipes",
-    help={"recipes": "a folder of your own recipes, searched after the kit's (repeatable)"},
+    help={
+        "recipes": "a folder of your own recipes, searched after the kit's (repeatable)",
+        "json_": "print them as JSON (its schema: reprokit/schemas/recipes.schema.json)",
+    },
     iterable=["recipes"],
 )
 @friendly
-def recipes_(c, recipes=None):
+def recipes_(c, recipes=None, json_=False):
     """List the recipes, their variants and the publications they reproduce."""
     with_settings(RunOptions(recipes=list(recipes or [])))
     from reprokit.plan import recipes as kit_recipes
 
+    if json_:
+        from reprokit import schemas
+
+        found = [kit_recipes.load(name) for name in kit_recipes.available()]
+        print(schemas.dumps("recipes", {"recipes": [_recipe_json(recipe) for recipe in found]}))
+        return
     for name in kit_recipes.available():
         recipe = kit_recipes.load(name)
         print(f"{name:14s} {recipe.title}  [{recipe.publication.organization}, {recipe.publication.year}]")
         for variant in recipe.variants:
             only = f"  (only {', '.join(variant.accelerators)})" if variant.accelerators else ""
             print(f"{'':16s}{variant.name}{only}")
+
+
+def _recipe_json(recipe) -> dict:
+    return {
+        "name": recipe.name,
+        "title": recipe.title,
+        "unit": recipe.unit,
+        "devices": recipe.devices,
+        "publication": recipe.publication.model_dump(),
+        "variants": [
+            {
+                "name": v.name,
+                "accelerators": v.accelerators,
+                "baseline": v.baseline,
+                "group": v.group,
+                "beyond": v.beyond,
+            }
+            for v in recipe.variants
+        ],  # fmt: skip
+    }
 
 
 @options_task(
@@ -179,11 +208,12 @@ def resume(c, session, options: RunOptions):
         "steps": (
             True,
             "run a few real steps of each trainer and loader variant (--no-steps: the quick checks only)",
-        )
+        ),
+        "json_": (False, "print the answers as JSON (its schema: reprokit/schemas/preflight.schema.json)"),
     },
 )
 @friendly
-def preflight(c, recipe, options: RunOptions, steps=True):
+def preflight(c, recipe, options: RunOptions, steps=True, json_=False):
     """Check this machine before a long run: per cell of the session `reproduce` would run with these
     flags, would it be judged, or why not (devices, image, storage, data, a few real steps, the
     collective across nodes). Exits non-zero on any cell that would not."""
@@ -195,11 +225,16 @@ def preflight(c, recipe, options: RunOptions, steps=True):
     options, site = with_settings(options)
     asked = request(recipe_names(recipe), options, site)
     report = checking.run(asked, options.out, steps)
-    for message in report.messages:
-        console.print(message)
-    print(checking.describe(asked, report))
-    print(report.table())
-    console.print(f"Preflight took {time.monotonic() - started:.0f} s.")
+    if json_:
+        from reprokit import schemas
+
+        print(schemas.dumps("preflight", report.to_json(time.monotonic() - started)))
+    else:
+        for message in report.messages:
+            console.print(message)
+        print(checking.describe(asked, report))
+        print(report.table())
+        console.print(f"Preflight took {time.monotonic() - started:.0f} s.")
     refused = report.refused()
     if refused:
         first = refused[0]

@@ -76,3 +76,15 @@ def test_a_settings_file_that_is_not_a_mapping_is_one_line_naming_it(tmp_path):
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert str(tmp_path / "reprokit.yaml") in last and "mapping" in last
+
+
+def test_a_misspelt_settings_key_is_one_line_naming_the_closest_key(tmp_path):
+    # `partion:` would otherwise be dropped, and every job sent to the cluster's default partition.
+    (tmp_path / "reprokit.yaml").write_text("runtime: slurm\npartion: batch\n")
+    result = run_inv(
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2 and "#SBATCH" not in result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert str(tmp_path / "reprokit.yaml") in last and "'partion' (did you mean 'partition'?)" in last

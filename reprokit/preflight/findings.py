@@ -4,6 +4,7 @@ it concerns; and the per-cell answer they add up to."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from reprokit.plan.cells import Cell
 
@@ -59,6 +60,25 @@ class Report:
             else:
                 found.append(Answer(cell, JUDGED, ""))
         return found
+
+    def to_json(self, seconds: float) -> dict[str, Any]:
+        """`preflight --json` (reprokit/schemas/preflight.schema.json)."""
+        first = self.cells[0] if self.cells else None
+        answers = self.answers()
+        return {
+            "accelerator": first.accelerator if first else "",
+            "scale": first.scale if first else "",
+            "messages": [str(m) for m in self.messages],
+            "findings": [
+                {"check": f.check, "message": f.message, "blocks": f.blocks, "cells": list(f.cells)}
+                for f in self.findings
+            ],
+            "cells": [
+                {"cell_id": a.cell.cell_id, "verdict": a.verdict, "because": a.because} for a in answers
+            ],
+            "refused": sum(1 for a in answers if a.verdict == WOULD_NOT),
+            "seconds": round(seconds, 3),
+        }
 
     def refused(self) -> list[Answer]:
         return [a for a in self.answers() if a.verdict == WOULD_NOT]

@@ -151,6 +151,54 @@ def changes(a: Row, b: Row) -> dict[str, tuple[Any, Any]]:
     return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
 
 
+def _side(session: Path, row: Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    world = row.world_size or 1
+    low, high = (row.measured_min, row.measured_max) if repeated(row) else (None, None)
+    return {
+        "session": session.name,
+        "measured_per_device": row.measured_per_device,
+        "measured_min_per_device": None if low is None else low / world,
+        "measured_max_per_device": None if high is None else high / world,
+        "repeats": row.repeats,
+        "samples_per_joule": row.samples_per_joule,
+        "definition": row.definition,
+    }
+
+
+def to_json(first: Path, second: Path, found: list[CellComparison], threshold: float, noise: float | None,
+            limit: float | None, worse: list[CellComparison]) -> dict[str, Any]:  # fmt: skip
+    """`compare --json` (reprokit/schemas/compare.schema.json): the table's content, and the gate's
+    answer when one was asked for."""
+    everywhere = _common_changes(found)
+    return {
+        "a": first.name,
+        "b": second.name,
+        "threshold": threshold,
+        "noise": noise,
+        "cells": [
+            {
+                "cell_id": x.cell_id,
+                "a": _side(first, x.a),
+                "b": _side(second, x.b),
+                "ratio": x.ratio,
+                "verdict": x.verdict,
+                "why": x.why,
+                "single": x.single,
+                "energy_ratio": x.energy_ratio,
+                "energy_verdict": x.energy_verdict,
+                "changed": {k: [old, new] for k, (old, new) in x.changed.items() if k not in everywhere},
+            }
+            for x in found
+        ],
+        "changed_everywhere": {k: [old, new] for k, (old, new) in everywhere.items()},
+        "gate": None
+        if limit is None
+        else {"limit": limit, "regressed": [x.cell_id for x in worse], "passed": not worse},
+    }
+
+
 def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
     from rich.console import Console
     from rich.table import Table

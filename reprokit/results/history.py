@@ -207,6 +207,38 @@ def table_text(table: list[Entry], width: int = CELL_WIDTH) -> str:
     return "\n".join(lines)
 
 
+def to_json(folder: Path, found: History) -> dict[str, Any]:
+    """`history --json` (reprokit/schemas/history.schema.json): the table's rows, oldest first."""
+    rows = []
+    for entry in found.rows:
+        r = entry.row
+        world = r.world_size or 1
+        repeated = (r.repeats or 0) > 1
+        rows.append(
+            {
+                "session": entry.session,
+                "started_at": entry.started_at,
+                "cell_id": r.cell_id or "",
+                "recipe": r.recipe,
+                "variant": r.variant,
+                "device_name": r.device_name,
+                "host": entry.host,
+                "measured_per_device": r.measured_per_device,
+                "measured_min_per_device": r.measured_min / world if repeated and r.measured_min is not None else None,
+                "measured_max_per_device": r.measured_max / world if repeated and r.measured_max is not None else None,
+                "spread": r.spread,
+                "repeats": r.repeats,
+                "definition": r.definition,
+                "unit": r.unit,
+                "verdict": r.verdict,
+                "image_id": r.image_id,
+                "kit_revision": r.kit_revision,
+                "step_time_p50_s": r.step_time_p50_s,
+            }
+        )  # fmt: skip
+    return {"results": str(folder), "sessions": found.sessions, "skipped": found.skipped_line, "rows": rows}
+
+
 def print_table(table: list[Entry]) -> None:
     # Flushed: the table is the answer, shown before the page's plots are drawn.
     print(table_text(table), flush=True)

@@ -1,0 +1,143 @@
+"""The command line as its users expect it: no short flag but the chosen ones, value flags shown with
+their values, usage errors exit 2, `--quiet`, and a `--json` output on recipes, history, compare and
+preflight that validates against its published schema (reprokit/schemas/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reprokit import schemas
+from tests.conftest import ROOT, run_inv
+from tests.fakes import fake_env, fake_recipe
+
+jsonschema = pytest.importorskip("jsonschema")
+
+CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local")
+
+
+def valid(name: str, text: str) -> dict:
+    payload = json.loads(text)
+    jsonschema.Draft202012Validator(schemas.schema(name)).validate(payload)
+    assert payload["schema"] == f"reprokit/{name}/{schemas.VERSION}"
+    return payload
+
+
+@pytest.mark.parametrize("name", schemas.NAMES)
+def test_each_schema_is_a_valid_json_schema(name):
+    jsonschema.Draft202012Validator.check_schema(schemas.schema(name))
+
+
+def test_the_recipes_json_validates_and_lists_every_recipe_and_variant():
+    done = run_inv("recipes", "--json")
+    assert done.returncode == 0, done.stderr
+    found = valid("recipes", done.stdout)
+    by_name = {r["name"]: r for r in found["recipes"]}
+    assert {"bridgetower", "volo", "vit-speedups"} <= set(by_name)
+    assert "workers0" in {v["name"] for v in by_name["bridgetower"]["variants"]}
+
+
+def test_a_schema_rejects_what_it_does_not_describe():
+    # The schemas are not a formality: a missing field or a wrong type fails validation.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"schema": "reprokit/recipes/1"}, schemas.schema("recipes"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"schema": "reprokit/compare/1", "a": "x", "b": "y", "threshold": "5", "noise": None, "cells": [],
+             "changed_everywhere": {}, "gate": None},
+            schemas.schema("compare"),
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_sessions(tmp_path_factory):
+    """The same fake recipe twice; the second's `fast` variant 30% slower (a planted regression)."""
+    where = tmp_path_factory.mktemp("json")
+    results = where / "results"
+    for name, fast in (("a", 200), ("b", 140)):
+        recipe = fake_recipe(
+            where / f"{name}.yaml",
+            [{"name": "base", "baseline": True, "args": {"fake_rate": 100}}, {"name": "fast", "args": {"fake_rate": fast}}],
+        )  # fmt: skip
+        done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), env=fake_env())
+        assert done.returncode == 0, done.stderr
+    return results
+
+
+def test_compare_json_validates_and_carries_the_gates_answer_and_exit_code(two_sessions):
+    done = run_inv(
+        "compare", "--results", str(two_sessions), "--json", "--fail-on-regression", "5", "--noise", "5"
+    )
+    table = run_inv("compare", "--results", str(two_sessions), "--fail-on-regression", "5", "--noise", "5")
+    # The gate fails the same way with or without --json (the one line on stderr, the JSON on stdout).
+    assert done.returncode == table.returncode != 0, done.stderr
+    assert done.stderr == table.stderr
+    found = valid("compare", done.stdout)
+    cells = {c["cell_id"]: c for c in found["cells"]}
+    assert cells["fake--fast"]["verdict"] == "regressed" and cells["fake--fast"]["ratio"] == pytest.approx(
+        0.7
+    )
+    assert cells["fake--base"]["verdict"] == "same"
+    assert found["gate"] == {"limit": 0.05, "regressed": ["fake--fast"], "passed": False}
+    # Without the gate: exit 0, gate null, the same cells.
+    done = run_inv("compare", "--results", str(two_sessions), "--json")
+    assert done.returncode == 0 and valid("compare", done.stdout)["gate"] is None
+
+
+def test_history_json_validates_and_holds_every_sessions_cells(two_sessions):
+    done = run_inv("history", "all", "--results", str(two_sessions), "--json")
+    assert done.returncode == 0, done.stderr
+    found = valid("history", done.stdout)
+    assert found["sessions"] == 2 and len(found["rows"]) == 4
+    assert {r["cell_id"] for r in found["rows"]} == {"fake--base", "fake--fast"}
+    assert not (two_sessions / "history.html").exists()  # --json writes no page
+
+
+def test_preflight_json_validates_and_answers_per_cell(tmp_path):
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True}])
+    done = run_inv("preflight", str(recipe), *CPU_SMOKE, "--no-steps", "--json", "--out", str(tmp_path / "r"),
+                   env=fake_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = valid("preflight", done.stdout)
+    assert [c["cell_id"] for c in found["cells"]] == ["fake--v"] and found["refused"] == 0
+    assert found["cells"][0]["verdict"] == "would run, not judged"
+
+
+def test_no_short_flag_is_made_up_from_a_flags_letters():
+    # invoke made -v --variant, -t --data and -y --dry-run: each is now an unknown flag, never a guess.
+    for short in ("-v", "-t", "-y"):
+        done = run_inv("run", "bridgetower", short, "x")
+        assert done.returncode != 0, short
+    shown = run_inv("run", "--help").stdout
+    assert "-q, --quiet" in shown and "-v," not in shown and "-y," not in shown
+
+
+def test_help_shows_every_value_flag_with_its_value():
+    shown = run_inv("run", "--help").stdout
+    assert "--variant=STRING" in shown and "--data=STRING" in shown and "--dry-run=" not in shown
+    assert "--threshold=NUMBER" in run_inv("compare", "--help").stdout
+
+
+def test_the_reprokit_command_exits_2_on_a_usage_error():
+    for argv in (
+        ["run", "bridgetower", "--no-such-flag"],
+        ["no-such-task"],
+        ["run", "bridgetower", "--repeat"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "reprokit", *argv], cwd=ROOT, capture_output=True, text=True
+        )
+        assert done.returncode == 2, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_quiet_prints_the_result_and_no_messages(tmp_path):
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True}])
+    loud = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(tmp_path / "a"), env=fake_env())
+    quiet = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(tmp_path / "b"), "-q", env=fake_env())
+    assert loud.returncode == quiet.returncode == 0, quiet.stderr
+    assert loud.stderr.strip() and not quiet.stderr.strip(), quiet.stderr
+    assert list((tmp_path / "b").glob("*/results.csv"))
