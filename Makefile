@@ -29,7 +29,7 @@ $(CONSTRAINTS): docker/locks/cpu.txt | $(BIN)/activate
 # only when the pins do, so a second `make` installs nothing.
 $(VENV)/.reproduce: pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --index-url $(TORCH_INDEX) torch torchvision -c $(CONSTRAINTS))
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --no-compile --index-url $(TORCH_INDEX) torch torchvision -c $(CONSTRAINTS))
 	$(BIN)/pip install --quiet --no-compile -e ".[train]" -c $(CONSTRAINTS)
 	touch $@
 

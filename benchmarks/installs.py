@@ -40,7 +40,7 @@ def _du(path: Path) -> int:
     return int(subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True).stdout.split()[0])
 
 
-def measure(project: Path, extras: str, torch_index: str | None) -> dict[str, object]:
+def measure(project: Path, extras: str, torch_index: str | None, compile_: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="reprokit-install-") as tmp:
         where = Path(tmp)
         constraints = where / "constraints.txt"
@@ -59,7 +59,9 @@ def measure(project: Path, extras: str, torch_index: str | None) -> dict[str, ob
              "-c", str(constraints))  # fmt: skip
         downloaded = sum(f.stat().st_size for f in wheels.iterdir())
         files = len(list(wheels.iterdir()))
-        _pip(python, "install", "--quiet", "--no-index", "--find-links", str(wheels), requirement,
+        # As the Makefile installs: `make reproduce` without compiling every module, `make test` with.
+        compiling = [] if compile_ else ["--no-compile"]
+        _pip(python, "install", "--quiet", *compiling, "--no-index", "--find-links", str(wheels), requirement,
              "-c", str(constraints))  # fmt: skip
         listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True,
                                 text=True, check=True).stdout  # fmt: skip
@@ -68,6 +70,7 @@ def measure(project: Path, extras: str, torch_index: str | None) -> dict[str, ob
         cuda = [n for n in names if n.startswith(("nvidia-", "cuda-")) or n == "triton"]
     return {
         "extras": extras,
+        "compiled": compile_,
         "torch": names.get("torch"),
         "torch_index": torch_index or "the package index",
         "packages": len(names),
@@ -86,8 +89,9 @@ def main() -> None:
     )
     parser.add_argument("--extras", default="train", help="the extras, as the Makefile gives them")
     parser.add_argument("--torch-index", help="take torch and torchvision from this index (TORCH_INDEX)")
+    parser.add_argument("--compile", action="store_true", help="compile every module (make test's install)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.project.resolve(), args.extras, args.torch_index), indent=2))
+    print(json.dumps(measure(args.project.resolve(), args.extras, args.torch_index, args.compile), indent=2))
 
 
 if __name__ == "__main__":
