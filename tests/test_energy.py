@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import types
 from pathlib import Path
@@ -209,6 +210,7 @@ def hl_smi(tmp_path, monkeypatch):
     )
     (folder / "hl-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    monkeypatch.setitem(sys.modules, "pyhlml", None)  # not installed: hl-smi is the fallback
     return folder
 
 
@@ -219,7 +221,8 @@ def test_gaudi_power_from_hl_smi_is_integrated_over_the_window(hl_smi):
     meter.source.interval_s = 0.05  # a reading a second on a Gaudi; faster here, for a short test
     start, end = window(meter, 0.8)
     found = meter.summary(measured_samples=100)
-    assert found["energy"]["method"] == "sampled power, integrated"
+    assert found["energy"]["method"] == "sampled power, integrated, by hl-smi (pyhlml is not installed)"
+    assert found["energy"]["source"] == "hl-smi"
     assert found["energy_joules"] == pytest.approx(600 * (end - start), rel=0.02)
     assert found["utilization_mean"] == pytest.approx(0.8)
     assert found["samples_per_joule"] == pytest.approx(100 / found["energy_joules"])
@@ -236,4 +239,29 @@ def test_gaudi_readings_of_more_aips_than_the_job_used_give_no_samples_per_joule
 
 def test_no_hl_smi_on_a_gaudi_is_unavailable(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert EnergyMeter.for_this_machine("hpu", 1, 1).summary(1)["energy"] == "unavailable (no hl-smi on PATH)"
+    monkeypatch.setitem(sys.modules, "pyhlml", None)
+    assert (
+        EnergyMeter.for_this_machine("hpu", 1, 1).summary(1)["energy"]
+        == "unavailable (pyhlml is not installed, and no hl-smi on PATH)"
+    )
+
+
+def test_gaudi_energy_is_hlmls_counter_through_pyhlml_where_installed(hl_smi, monkeypatch):
+    from tests.test_hardware import HL225, fake_pyhlml
+
+    hlml = fake_pyhlml([dict(HL225), dict(HL225)])
+    began = time.perf_counter()
+    # Each AIP draws 400 W steadily: its millijoule counter grows with the clock, as HLML's does.
+    hlml.hlmlDeviceGetTotalEnergyConsumption = lambda a: int(7e9 + 400 * (time.perf_counter() - began) * 1e3)
+    hlml.hlmlDeviceGetPowerUsage = lambda a: 400_000
+    hlml.hlmlDeviceGetUtilizationRates = lambda a: 75
+    monkeypatch.setitem(sys.modules, "pyhlml", hlml)
+    meter = EnergyMeter.for_this_machine("hpu", 2, 2)
+    assert meter.source.name == "HLML" and meter.source.sample() == (800.0, 0.75)
+    meter.source.interval_s = 0.05
+    start, end = window(meter, 0.5)
+    found = meter.summary(measured_samples=100)
+    assert found["energy"]["method"] == "total energy counter" and found["energy"]["source"] == "HLML"
+    assert found["energy_joules"] == pytest.approx(800 * (end - start), rel=0.05)
+    assert found["samples_per_joule"] == pytest.approx(100 / found["energy_joules"])
+    assert "shutdown" in hlml.calls

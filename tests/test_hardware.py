@@ -125,8 +125,10 @@ def machine(monkeypatch, tmp_path):
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
 
-    def describe(nvml=None):
+    def describe(nvml=None, hlml=None):
         monkeypatch.setitem(sys.modules, "pynvml", nvml or fake_pynvml(init_error=NVMLError_LibraryNotFound))
+        # None in sys.modules: `import pyhlml` fails, as where Habana's binding is not installed.
+        monkeypatch.setitem(sys.modules, "pyhlml", hlml)
         return hardware.describe()
 
     describe.bin = empty
@@ -341,14 +343,78 @@ def test_gaudi2_is_described_from_hl_smi(machine, tmp_path):
         "accelerator_pcie_link": "gen4 x16",
         "accelerators_uniform": True,
         "accelerators_differ_in": None,
+        # The fallback, recorded as such.
+        "accelerator_query_via": "hl-smi (pyhlml is not installed)",
     }
+
+
+class HLMLError(Exception):
+    """pyhlml's error (its subclasses per return code are all caught as HLMLError)."""
+
+
+def fake_pyhlml(aips: list[dict], init_error: Exception | None = None):
+    """pyhlml's names answering for ``aips``; ``init_error``: what hlmlInit raises (no driver)."""
+    hlml = types.ModuleType("pyhlml")
+    hlml.HLMLError = HLMLError
+    hlml.calls = []
+
+    def init():
+        if init_error is not None:
+            raise init_error
+
+    hlml.hlmlInit = init
+    hlml.hlmlShutdown = lambda: hlml.calls.append("shutdown")
+    hlml.hlmlDeviceGetCount = lambda: len(aips)
+    hlml.hlmlDeviceGetHandleByIndex = lambda i: aips[i]
+    hlml.hlmlDeviceGetName = lambda a: a["name"].encode()
+    hlml.hlmlDeviceGetMemoryInfo = lambda a: types.SimpleNamespace(
+        total=a["memory"], used=0, free=a["memory"]
+    )
+    hlml.hlmlDeviceGetPowerManagementDefaultLimit = lambda a: a["limit_mw"]
+    hlml.hlmlDeviceGetClockInfo = lambda a, clock=0: a["soc"]
+    hlml.hlmlDeviceGetMaxClockInfo = lambda a, clock=0: a["soc_max"]
+    hlml.hlmlGetDriverVersion = lambda: b"1.20.0-bd87f71"
+    return hlml
+
+
+HL225 = {"name": "HL-225", "memory": 96 * 2**30, "limit_mw": 600_000, "soc": 1650, "soc_max": 1650}
+
+
+def test_gaudi2_is_described_by_pyhlml_in_process_where_installed(machine, tmp_path):
+    # hl-smi is there too, and says something else: HLML is asked first, hl-smi not at all.
+    hl_smi(machine.bin, f"touch {tmp_path}/hl-smi-ran\nexit 1\n")
+    hlml = fake_pyhlml([HL225, dict(HL225)])
+    info = machine(hlml=hlml)
+    assert accelerator_fields(info) == {
+        "accelerators_per_node": 2,
+        "accelerator_model_name": "HL-225",
+        "accelerator_memory_capacity": "96.0 GiB",
+        "accelerator_memory_capacity_bytes": 96 * 2**30,
+        "accelerator_power_limit_w": 600.0,
+        "accelerator_clock_soc_mhz": 1650,
+        "accelerator_clock_soc_max_mhz": 1650,
+        "accelerator_frequency": "1650 MHz",
+        "accelerator_driver_version": "1.20.0-bd87f71",
+        "accelerator_query_via": "pyhlml",
+        "accelerators_uniform": True,
+        "accelerators_differ_in": None,
+    }
+    assert not (tmp_path / "hl-smi-ran").exists() and hlml.calls == ["shutdown"]
+
+
+def test_a_pyhlml_without_its_driver_falls_back_to_hl_smi_and_says_why(machine, tmp_path):
+    (tmp_path / "q.csv").write_text(HL_SMI_Q + "\n")
+    hl_smi(machine.bin, f'case "$1" in\n  -Q) exec /bin/cat {tmp_path}/q.csv ;;\nesac\nexit 2\n')
+    info = machine(hlml=fake_pyhlml([], init_error=OSError("libhlml.so: cannot open shared object file")))
+    assert info["accelerators_per_node"] == 2 and info["accelerator_model_name"] == "HL-225"
+    assert info["accelerator_query_via"] == "hl-smi (pyhlml: libhlml.so: cannot open shared object file)"
 
 
 def test_a_failing_hl_smi_is_one_error_field(machine):
     hl_smi(machine.bin, 'echo "no AIP found" >&2\nexit 1\n')
     info = machine()
     assert info["accelerator_query_error"] == "hl-smi -Q exited 1: no AIP found"
-    assert set(accelerator_fields(info)) == {"accelerator_query_error"}
+    assert set(accelerator_fields(info)) == {"accelerator_query_error", "accelerator_query_via"}
 
 
 def test_when_only_the_detailed_hl_smi_query_fails_the_identity_stays(machine, tmp_path):

@@ -3,8 +3,10 @@
 - NVIDIA: NVML's total-energy counter (millijoules since the driver loaded, exact on Volta and newer)
   read at the meter's boundaries, and power and utilization sampled by a thread; on a GPU without
   the counter, the sampled power integrated over the window, and said so.
-- Gaudi: hl-smi's power draw and utilization sampled by the thread (one call a second: hl-smi is a
-  program), the power integrated over the window.
+- Gaudi: HLML through Habana's ``pyhlml`` where it is installed (the total-energy counter in
+  millijoules, read in process as NVML's is); else hl-smi's power draw and utilization sampled by the
+  thread (one call a second: hl-smi is a program), the power integrated over the window, its
+  ``method`` saying why HLML was not used.
 - CPU: RAPL's package counters (``/sys/class/powercap/intel-rapl:N/energy_uj``) where readable (Linux
   5.10 and later make them root's alone), read with wrap-around; utilization is the machine's CPUs
   as the kernel counts them (psutil), all processes included.
@@ -148,6 +150,69 @@ class RaplSource(Source):
         return None, busy
 
 
+class HlmlSource(Source):
+    """Every AIP HLML lists, through pyhlml: its energy counter, power and utilization, in process."""
+
+    name = "HLML"
+
+    def __init__(self, hlml: Any, handles: list[Any], ranks: int) -> None:
+        self.hlml, self.handles = hlml, handles
+        self.of = f"{len(handles)} AIP(s) HLML lists"
+        # The readings are of every AIP: they are the job's only when it used them all.
+        self.ranks = ranks if ranks == len(handles) else None
+        self.utilization_of = "AIP utilization (HLML)"
+        try:
+            self._base = self._energy_mj()
+            self.has_counter = True
+        except hlml.HLMLError:
+            self._base = 0
+        self.method = "total energy counter" if self.has_counter else "sampled power, integrated"
+
+    def _energy_mj(self) -> int:
+        return sum(self.hlml.hlmlDeviceGetTotalEnergyConsumption(h) for h in self.handles)
+
+    def counter(self) -> float | None:
+        return (self._energy_mj() - self._base) / 1e3 if self.has_counter else None
+
+    def sample(self) -> tuple[float | None, float | None]:
+        try:
+            watts = sum(self.hlml.hlmlDeviceGetPowerUsage(h) for h in self.handles) / 1e3
+        except self.hlml.HLMLError:
+            watts = None
+        try:
+            busy = [self.hlml.hlmlDeviceGetUtilizationRates(h) for h in self.handles]
+            utilization = sum(busy) / len(busy) / 100
+        except self.hlml.HLMLError:
+            utilization = None
+        return watts, utilization
+
+    def close(self) -> None:
+        with contextlib.suppress(self.hlml.HLMLError):
+            self.hlml.hlmlShutdown()
+
+
+def hlml_source(ranks: int, hlml: Any = None) -> HlmlSource:
+    """The AIPs through pyhlml; Unavailable says why not (not installed, no driver, no AIP)."""
+    if hlml is None:
+        try:
+            import pyhlml as hlml
+        except ImportError:
+            raise Unavailable("pyhlml is not installed") from None
+    try:
+        hlml.hlmlInit()
+    except Exception as error:  # noqa: BLE001 -- pyhlml raises its own errors and OSError (no libhlml)
+        raise Unavailable(f"pyhlml: {error}") from None
+    try:
+        handles = [hlml.hlmlDeviceGetHandleByIndex(i) for i in range(hlml.hlmlDeviceGetCount())]
+    except hlml.HLMLError as error:
+        hlml.hlmlShutdown()
+        raise Unavailable(f"pyhlml: {error}") from None
+    if not handles:
+        hlml.hlmlShutdown()
+        raise Unavailable("HLML lists no AIP")
+    return HlmlSource(hlml, handles, ranks)
+
+
 class HlSmiSource(Source):
     """The AIPs hl-smi lists: power draw and utilization, a reading a second."""
 
@@ -271,9 +336,15 @@ def this_machine(device_type: str, local_ranks: int) -> Source:
             devices.append(f"GPU-{uuid}" if uuid is not None else index)
         return nvml_source(devices)
     if device_type == "hpu":
+        try:
+            return hlml_source(local_ranks)
+        except Unavailable as why:
+            without = str(why)
         if shutil.which("hl-smi") is None:
-            raise Unavailable("no hl-smi on PATH")
-        return HlSmiSource(local_ranks)
+            raise Unavailable(f"{without}, and no hl-smi on PATH")
+        source = HlSmiSource(local_ranks)
+        source.method = f"{source.method}, by hl-smi ({without})"
+        return source
     return rapl_source(local_ranks)
 
 

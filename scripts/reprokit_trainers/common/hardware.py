@@ -7,7 +7,8 @@ the same name holds one ("79.6 GiB"); beside it, the number the kit compares car
 (``accelerator_memory_capacity_bytes``). Values are scalars only: no nested dicts or lists.
 
 The facts come from maintained libraries: psutil and py-cpuinfo (CPU, memory), NVML through nvidia-ml-py
-(NVIDIA GPUs), and hl-smi (Gaudi). Nothing here raises: a question the hardware or driver cannot answer
+(NVIDIA GPUs), and HLML through Habana's pyhlml where installed, else hl-smi (Gaudi; which one answered is
+``accelerator_query_via``). Nothing here raises: a question the hardware or driver cannot answer
 leaves its field None, a library the kit pins that is missing is named in ``provenance_missing``, and a
 device query that fails says why in ``accelerator_query_error``. This module must not import torch or the
 kit.
@@ -15,6 +16,7 @@ kit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -47,8 +49,13 @@ def describe() -> dict[str, Any]:
     missing: list[str] = []
     info = _host(missing)
     accelerators = _nvidia(missing)
-    if "accelerators_per_node" not in accelerators and shutil.which("hl-smi"):
-        accelerators = _gaudi()
+    if "accelerators_per_node" not in accelerators:
+        gaudi = _gaudi_hlml()
+        if "accelerators_per_node" in gaudi:
+            accelerators = gaudi
+        elif shutil.which("hl-smi"):
+            # hl-smi is the fallback, recorded as such (why HLML did not answer).
+            accelerators = {**_gaudi(), "accelerator_query_via": f"hl-smi ({gaudi['why']})"}
     info.update(accelerators)
     if missing:
         info["provenance_missing"] = ", ".join(missing)
@@ -281,6 +288,61 @@ def _uniformity(devices: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --- Intel Gaudi (hl-smi) -----------------------------------------------------------------------
+
+
+def _gaudi_hlml(hlml: Any = None) -> dict[str, Any]:
+    """The AIPs as HLML (Habana's pyhlml, the NVML of Gaudi) describes them, in process; {"why": ...}
+    where it cannot (not installed, no driver, no AIP)."""
+    if hlml is None:
+        try:
+            import pyhlml as hlml
+        except ImportError:
+            return {"why": "pyhlml is not installed"}
+    try:
+        hlml.hlmlInit()
+    except Exception as error:  # noqa: BLE001 -- its own errors, or OSError without libhlml
+        return {"why": f"pyhlml: {error}"}
+    try:
+        count = hlml.hlmlDeviceGetCount()
+        if not count:
+            return {"why": "HLML lists no AIP"}
+
+        def ask(name: str, *args: Any) -> Any:
+            try:
+                return getattr(hlml, name)(*args)
+            except hlml.HLMLError:
+                return None
+
+        devices = []
+        for index in range(count):
+            handle = hlml.hlmlDeviceGetHandleByIndex(index)
+            memory = ask("hlmlDeviceGetMemoryInfo", handle)
+            total = getattr(memory, "total", None)
+            limit_mw = ask("hlmlDeviceGetPowerManagementDefaultLimit", handle)
+            soc_max = ask("hlmlDeviceGetMaxClockInfo", handle, 0)  # clock 0: the SoC's on Gaudi
+            devices.append(
+                {
+                    "accelerator_model_name": _text(ask("hlmlDeviceGetName", handle)),
+                    "accelerator_memory_capacity": _gib(total),
+                    "accelerator_memory_capacity_bytes": total,
+                    "accelerator_power_limit_w": limit_mw / 1e3 if limit_mw else None,
+                    "accelerator_clock_soc_mhz": ask("hlmlDeviceGetClockInfo", handle, 0),
+                    "accelerator_clock_soc_max_mhz": soc_max,
+                    "accelerator_frequency": f"{soc_max} MHz" if soc_max else None,
+                }
+            )
+        return {
+            "accelerators_per_node": count,
+            **devices[0],
+            "accelerator_driver_version": _text(ask("hlmlGetDriverVersion")),
+            "accelerator_query_via": "pyhlml",
+            **_uniformity(devices),
+        }
+    except hlml.HLMLError as error:
+        return {"why": f"pyhlml: {error}"}
+    finally:
+        with contextlib.suppress(Exception):
+            hlml.hlmlShutdown()
 
 
 def _gaudi() -> dict[str, Any]:
