@@ -5,3 +5,5 @@ sides meet only in the run directory.
 """
 
 __version__ = "0.1.0"
+# The name on the package index (its `reprokit` is another project); the command and package are `reprokit`.
+DISTRIBUTION = "reprokit-bench"

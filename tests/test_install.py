@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from reprokit import DISTRIBUTION
 from tests.conftest import ROOT
-
-DISTRIBUTION = "reprokit-bench"
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit import DISTRIBUTION
 from reprokit.errors import ReprokitError
 from reprokit.results import collect
 from reprokit.results.row import Row
@@ -55,7 +56,7 @@ def _client(tracking_uri: str):
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ReprokitError(
-            'exporting to MLflow needs mlflow: pip install "reprokit-bench[mlflow]"'
+            f'exporting to MLflow needs mlflow: pip install "{DISTRIBUTION}[mlflow]"'
         ) from None
     return MlflowClient(tracking_uri=tracking_uri)
 

@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from reprokit import trainers
+from reprokit import DISTRIBUTION, trainers
 from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
@@ -32,7 +32,7 @@ def missing_train_packages() -> list[str]:
     """The packages of the kit's `train` extra (the trainers' environment) this Python lacks, read
     from the kit's own metadata, without importing any of them."""
     try:
-        required = metadata.requires("reprokit") or []
+        required = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
         return []
     missing = []
@@ -66,7 +66,7 @@ class NoContainer(Container):
             raise ReprokitError(
                 f"the trainers run in this Python ({sys.executable}), which lacks {', '.join(missing[:4])}"
                 f"{' and more' if len(missing) > 4 else ''}: install the kit with its train extra "
-                "(pip install 'reprokit-bench[train]'), or run the cells in the kit's image (--container docker)"
+                f"(pip install '{DISTRIBUTION}[train]'), or run the cells in the kit's image (--container docker)"
             )
 
     def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:
