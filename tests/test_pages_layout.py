@@ -8,13 +8,14 @@ from __future__ import annotations
 import html
 import json
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
-from reprokit.results import formats, plots, report
+from reprokit.results import formats, history, machines, plots, report
 from reprokit.results.row import Row
 from reprokit.run import session, supervise
 from tests.fakes import FAKES, fake_recipe
@@ -168,6 +169,24 @@ def test_report_html_fits_1400px_with_no_text_over_text_and_cell_ids_whole(publi
         _assert_reads_at_a_glance(measure(folder / "report.html", tmp_path))
 
 
+def test_history_html_fits_1400px_with_no_text_over_text(published, smoke, tmp_path):
+    results = tmp_path / "results"
+    for i, folder in enumerate((published, smoke, published)):
+        _copy(folder, results / f"2026010{i}-000000", datetime(2026, 1, 1 + i, tzinfo=timezone.utc))
+    table = history.read(results).rows
+    page = history.write(results, table)
+    _assert_reads_at_a_glance(measure(page, tmp_path))
+
+
+def _copy(folder: Path, target: Path, started: datetime) -> None:
+    target.mkdir(parents=True)
+    for name in (session.SESSION_FILE, session.RESULTS_JSONL):
+        (target / name).write_bytes((folder / name).read_bytes())
+    stored = json.loads((target / session.SESSION_FILE).read_text())
+    stored["created_at"] = started.isoformat()
+    (target / session.SESSION_FILE).write_text(json.dumps(stored))
+
+
 # ---------------------------------------------------------------------------------------------
 # What the report says
 
@@ -318,3 +337,120 @@ def test_smoke_results_are_marked_in_every_plot_and_their_speedups_hatched_besid
     published_bars = [label for label in ladder["labels"] if re.fullmatch(r"\d+\.\d\dx", label)]
     assert measured and published_bars  # smoke speedups said so, beside the published ones
     assert plots.UNJUDGED_HATCH in ladder["hatched"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The history's plots
+
+
+def _entry(
+    i: int, hours: float, machine_fields: dict, rate: float, scale: str = "published"
+) -> history.Entry:
+    row = Row(cell_id="vit-speedups--baseline", unit="img/s", device_name="NVIDIA H100 80GB HBM3", scale=scale,
+              measured_per_device=rate, image_id="sha256:" + "ab" * 32, provenance=machine_fields)  # fmt: skip
+    started = datetime(2026, 11, 26, 17, 17, 40, tzinfo=timezone.utc) + timedelta(hours=hours)
+    return history.Entry(f"s{i:02d}", started, None, machines.name(row), row)
+
+
+def _series(fig) -> dict[str, list[float]]:
+    ax = fig.axes[0]
+    legend = fig.legends[0] if fig.legends else ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    return {label: list(line.get_ydata()) for label, line in zip(labels, ax.get_lines(), strict=True)}
+
+
+def test_the_history_draws_a_line_per_machine_not_a_point_per_container():
+    """Sessions in Docker on two machines, each run in a container of its own (its hostname a new id)."""
+    from matplotlib.figure import Figure
+
+    legacy = [
+        {"hostname": f"{i:012x}", "hw_host_processor_model_name": cpu, "hw_host_processor_vcpu_count": 64,
+         "hw_host_memory_capacity": "503.5 GiB"}
+        for i, cpu in enumerate(["AMD EPYC 9654", "Intel Xeon Platinum 8480+"] * 4)
+    ]  # fmt: skip
+    recorded = [{"hostname": f"{i:012x}", "machine": name} for i, name in enumerate(["dgx-01", "dgx-02"] * 3)]
+    table = [_entry(i, i, fields, 100.0 + i) for i, fields in enumerate(legacy + recorded)]
+    fig, unnamed = history.figure("vit-speedups--baseline", table)
+    assert isinstance(fig, Figure) and unnamed == 0
+    series = _series(fig)
+    assert sorted(series) == [
+        "NVIDIA H100 80GB HBM3 on AMD EPYC 9654, 64 CPUs, 503.5 GiB",
+        "NVIDIA H100 80GB HBM3 on Intel Xeon Platinum 8480+, 64 CPUs, 503.5 GiB",
+        "NVIDIA H100 80GB HBM3 on dgx-01",
+        "NVIDIA H100 80GB HBM3 on dgx-02",
+    ]
+    assert sorted(len(points) for points in series.values()) == [3, 3, 4, 4]
+    # A hostname that is not a container's is the machine's.
+    assert machines.name(Row(provenance={"hostname": "node-a"}, image_id="sha256:ab")) == "node-a"
+    assert machines.name(Row(provenance={"hostname": "0123456789ab"})) == "0123456789ab"
+
+
+def test_a_smoke_session_in_the_history_is_a_line_of_its_own_and_says_so():
+    fields = {"machine": "dgx-01"}
+    table = [_entry(i, i, fields, 100.0 + i, "smoke" if i % 2 else "published") for i in range(6)]
+    series = _series(history.figure("vit-speedups--baseline", table)[0])
+    assert sorted(series) == [
+        "NVIDIA H100 80GB HBM3 on dgx-01",
+        "NVIDIA H100 80GB HBM3 on dgx-01 (smoke scale)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("step", "label"),
+    [
+        (timedelta(seconds=10), r"\d\d:\d\d:\d\d"),
+        (timedelta(minutes=7), r"\d\d:\d\d"),
+        (timedelta(hours=5), r"\d\d:\d\d|\d\d [A-Z][a-z]{2}( \d\d:\d\d)?"),
+        (timedelta(days=9), r"\d\d [A-Z][a-z]{2}|[A-Z][a-z]{2} \d{4}"),
+    ],
+)
+def test_the_history_time_axis_labels_each_tick_whole_and_apart(step, label):
+    """Sessions seconds apart read `17:18:10`, not `10` beside a lone `17:18`; days apart, `03 Dec`."""
+    start = datetime(2026, 11, 26, 17, 17, 40, tzinfo=timezone.utc)
+    table = [
+        history.Entry(f"s{i}", start + i * step, None, "dgx-01",
+                      Row(cell_id="c", unit="img/s", device_name="cpu", measured_per_device=54.2 + i % 2 * 1.2))
+        for i in range(8)
+    ]  # fmt: skip
+    fig, _ = history.figure("c", table)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # as savefig lays it out
+    ticks = [t for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert len(ticks) >= 2
+    for tick in ticks:
+        assert re.fullmatch(label, tick.get_text()), [t.get_text() for t in ticks]
+    layout = _layout(fig)
+    assert layout["overlaps"] == [] and layout["small"] == [] and layout["covered"] == []
+
+
+def test_the_history_y_axis_starts_at_zero_so_a_two_percent_step_looks_like_one():
+    table = [_entry(i, i, {"machine": "dgx-01"}, 54.2 if i < 4 else 55.4) for i in range(8)]
+    fig, _ = history.figure("vit-speedups--baseline", table)
+    low, high = fig.axes[0].get_ylim()
+    assert low == 0 and 55.4 < high < 55.4 * 1.2
+
+
+def test_a_run_records_the_machine_its_container_hides_and_the_docker_platform_names_it(
+    tmp_path, monkeypatch
+):
+    import socket
+
+    from reprokit.plan import accelerators
+    from reprokit.plan.planner import plan as make_plan
+    from reprokit.run.containers import docker
+    from reprokit_trainers.common.rundir import RunDir
+
+    monkeypatch.setenv("REPROKIT_MACHINE", "dgx-07")
+    RunDir(tmp_path).write_sysinfo()
+    recorded = json.loads((tmp_path / "sysinfo.json").read_text())
+    assert recorded["machine"] == "dgx-07" and recorded["hostname"] == socket.gethostname()
+    monkeypatch.delenv("REPROKIT_MACHINE")
+    RunDir(tmp_path).write_sysinfo()
+    assert json.loads((tmp_path / "sysinfo.json").read_text())["machine"] == socket.gethostname()
+    # Docker gives the container a hostname of its own (its id): the platform passes this machine's name.
+    (cell,) = make_plan(
+        Request(recipes=["bridgetower"], accelerator="cpu", scale="smoke", variants=["workers0"])
+    ).cells
+    spec = docker.container_spec(cell, tmp_path / "runs" / cell.cell_id, accelerators.get("cpu"), "image:tag")
+    assert spec.environment["REPROKIT_MACHINE"] == socket.gethostname()
