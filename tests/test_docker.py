@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -368,11 +369,12 @@ def run_in_docker(cell: cells.Cell, run_dir: Path, **kwargs) -> dict:
 
 
 PROBE = """\
-import json, os, sys, time
+import json, os, socket, sys, time
 run_dir = sys.argv[sys.argv.index("--output_dir") + 1]
 print("hello from the container", flush=True)
-keys = ("RUN_DIR", "HF_TOKEN", "REPROKIT_IMAGE_ID", "REPROKIT_IMAGE_TAG", "REPROKIT_IMAGE_LABELS")
-json.dump({**{k: os.environ.get(k) for k in keys}, "uid": os.getuid()}, open(run_dir + "/env.json", "w"))
+keys = ("RUN_DIR", "HF_TOKEN", "REPROKIT_IMAGE_ID", "REPROKIT_IMAGE_TAG", "REPROKIT_IMAGE_LABELS", "REPROKIT_MACHINE")
+json.dump({**{k: os.environ.get(k) for k in keys}, "uid": os.getuid(), "hostname": socket.gethostname()},
+          open(run_dir + "/env.json", "w"))
 {tail}
 """
 
@@ -393,6 +395,8 @@ def test_a_cell_runs_in_the_image_with_its_run_dir_mounted_and_the_image_recorde
     assert seen["HF_TOKEN"] == "runtime-token"  # at run time, from the host
     assert (seen["REPROKIT_IMAGE_ID"], seen["REPROKIT_IMAGE_TAG"]) == (image.id, cpu_image["tag"])
     assert json.loads(seen["REPROKIT_IMAGE_LABELS"]) == image.labels
+    # The container's hostname is its own: the machine's name is passed for the trainer to record.
+    assert seen["REPROKIT_MACHINE"] == socket.gethostname() != seen["hostname"]
     assert seen["uid"] == os.getuid()  # the host user (root here only when the kit runs as root)
     assert "hello from the container" in (run_dir / "stdout.log").read_text()
     assert not leftover_containers(engine, run_dir)

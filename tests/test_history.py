@@ -240,7 +240,7 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     gaps = {round((b - a) * 24, 6) for (a, _), (b, _) in zip(points, points[1:], strict=False)}
     assert gaps == {1.0}  # an hour apart on the axis, as they were
     assert isinstance(ax.xaxis.get_major_formatter(), ConciseDateFormatter) and unnamed == 0
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"H100 on a", "H100 on b"}
+    assert {t.get_text() for t in fig.legends[0].get_texts()} == {"H100 on a", "H100 on b"}
 
 
 def _copy_session(source, target, created_at: str, rate: float | None = None):

@@ -17,6 +17,7 @@ from reprokit.results import plots
 from reprokit.run import session, supervise
 from tests.conftest import ROOT, run_inv
 from tests.fakes import FAKES, fake_recipe
+from tests.mdtable import column
 
 VARIANTS = [
     {"name": "base", "baseline": True, "args": {"fake_rate": 100, "fake_tensorboard": True},
@@ -86,13 +87,17 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
     assert "runtime local, in this machine's Python. " in md
     for name in names:
         assert f"]({name})" in md
-    # The publication-like table: a column per variant, the published rows of every device.
-    assert "|  | base | faster | rung | broken |" in md
-    assert "| published gaudi2, per device (of 8) | 150.00 | 250.00 | - | - |" in md
-    assert "| verdict | reproduced | slower | no reference | no result |" in md
-    assert "| speedup vs baseline, measured | 1.00x | 1.60x | 2.50x | - |" in md
-    assert "| speedup vs baseline, published | 1.00x | 2.00x | 2.40x | - |" in md
-    assert "| speedup verdict | - | slower | reproduced | - |" in md
+    # The recipe's table: a row per variant, the published figures of every device beside the measured.
+    assert column(md, "variant", "variant") == ["base", "faster", "rung", "broken"]
+    assert column(md, "variant", "published gaudi2 (of 8)") == ["150.00", "250.00", "-", "-"]
+    assert column(md, "variant", "verdict") == [
+        "reproduced (1.00x the published figure)",
+        "slower (0.80x the published figure); speedup 1.60x vs 2.00x published: slower",
+        "no reference; speedup 2.50x vs 2.40x published: reproduced",
+        "no result (failed)",
+    ]
+    assert column(md, "variant", "speedup, measured") == ["1.00x", "1.60x", "2.50x", "-"]
+    assert column(md, "variant", "speedup, published") == ["1.00x", "2.00x", "2.40x", "-"]
     assert "RuntimeError: CUDA out of memory (fake)" in md
 
     page = (session_dir / "report.html").read_text()

@@ -49,6 +49,8 @@ def provenance(record: records.RunRecord) -> dict[str, Any]:
     hardware = extra.get("hardware") or {}
     return {
         "hostname": extra.get("hostname"),
+        # A run from before sysinfo's `machine` has none; machines.name tells it from what it has.
+        **({"machine": extra["machine"]} if extra.get("machine") else {}),
         "device_name": info.device_name,
         "driver": extra.get("driver"),
         "cuda": extra.get("cuda"),

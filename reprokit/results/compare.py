@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.errors import ReprokitError
-from reprokit.results import store
+from reprokit.results import machines, store
 from reprokit.results.row import Row
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.
 CHANGES = ("image_id", "kit_revision", "recipe_hash", "driver", "cuda", "torch", "transformers", "device_name",
-           "hostname")  # fmt: skip
+           "machine")  # fmt: skip
 
 
 @dataclass
@@ -146,7 +146,8 @@ def gate(found: list[CellComparison], limit: float, noise: float | None) -> list
 
 def changes(a: Row, b: Row) -> dict[str, tuple[Any, Any]]:
     """What differs between the two runs: provenance first, then hardware (clocks, power cap, ...)."""
-    pa, pb = a.provenance, b.provenance
+    # The machine, not the hostname: a container's is new each run (machines.py).
+    pa, pb = {**a.provenance, "machine": machines.name(a)}, {**b.provenance, "machine": machines.name(b)}
     keys = [*CHANGES, *sorted(k for k in {*pa, *pb} if k.startswith("hw_"))]
     return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
 

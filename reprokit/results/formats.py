@@ -72,3 +72,62 @@ def verdict(r: Row) -> str:
 
 def speedup_verdict(r: Row) -> str:
     return verdicts.worded(r.speedup_verdict, r.speedup_verdict_reasons)
+
+
+# A software departure reads `<what>: <ran>, published: <published>` (verdicts.software_departures).
+_SOFTWARE = ", published: "
+
+
+def reason_names(*reasons: str | None) -> list[str]:
+    """Each reason of one or more verdicts by its name alone, once: the words before its details (`the
+    machine was shared while the run measured`, not the load it measured), the publication's software
+    that did not run gathered in one name. A cell's own reasons and its baseline's name the same
+    departure with other numbers; named once, they read once."""
+    names: list[str] = []
+    software: list[str] = []
+    for text in reasons:
+        for part in (text or "").split("; "):
+            name = part.split(":")[0].split(" (")[0].strip()
+            if not name:
+                continue
+            if _SOFTWARE in part:
+                software.append(name)
+            else:
+                names.append(name)
+    if software:
+        names.append(f"software other than the publication's ({', '.join(dict.fromkeys(software))})")
+    return list(dict.fromkeys(names))
+
+
+def verdict_sentence(r: Row) -> str:
+    """A cell's verdict and its speedup's in one sentence, each reason named once (the report's cell
+    details hold the reasons whole): `not comparable: smoke scale, synthetic data`, `reproduced (0.98x
+    the published figure); speedup 1.60x vs 2.00x published: slower`."""
+    if r.status != "ok" or r.verdict == verdicts.NO_RESULT:
+        return f"{verdicts.NO_RESULT} ({r.status or '-'})"
+    speedup_blocked = r.speedup_verdict == verdicts.NOT_COMPARABLE
+    if r.verdict == verdicts.BEYOND:
+        over = f": {ratio(r.measured_speedup)} over {r.beyond}" if r.measured_speedup is not None else ""
+        text = f"{verdicts.BEYOND}{over}"
+        if r.scale not in (None, "published"):  # as the report's banner says: nothing at this scale is judged
+            text += f" ({r.scale} scale, not judged)"
+    elif r.verdict == verdicts.NOT_COMPARABLE:
+        both = speedup_blocked
+        names = reason_names(r.verdict_reasons, r.speedup_verdict_reasons if both else None)
+        text = f"{verdicts.NOT_COMPARABLE}{' (figure and speedup)' if both else ''}: {', '.join(names)}"
+    elif r.verdict in (verdicts.REPRODUCED, verdicts.FASTER, verdicts.SLOWER):
+        text = f"{r.verdict} ({ratio(r.ratio_per_device)} the published figure)"
+    else:
+        text = r.verdict or "-"
+    if r.speedup_verdict in (verdicts.REPRODUCED, verdicts.FASTER, verdicts.SLOWER):
+        text += (
+            f"; speedup {ratio(r.measured_speedup)} vs {ratio(r.published_speedup)} published: "
+            f"{r.speedup_verdict}"
+        )
+    elif speedup_blocked and r.verdict != verdicts.NOT_COMPARABLE:
+        own = set(reason_names(r.verdict_reasons))
+        names = [n for n in reason_names(r.speedup_verdict_reasons) if n not in own]
+        text += f"; speedup not comparable: {', '.join(names)}"
+    if r.quality_departures:
+        text += f"; quality only: {', '.join(reason_names(r.quality_departures))}"
+    return text

@@ -14,7 +14,8 @@ from reprokit.results.plots import Plot
 
 @dataclass
 class Block:
-    kind: str  # h1, h2, h3, p, note, table, plot, pre, link
+    kind: str  # h1, h2, h3, p, note, table, details, plot, pre, link
+    # A details block: `text` is the line shown, its table (headers, rows) a click away.
     text: str = ""
     headers: list[str] | None = None
     rows: list[list[str]] | None = None
@@ -22,6 +23,9 @@ class Block:
     # A link: `text` points at `href` (relative to the report's folder); `tail` is the sentence after it.
     href: str = ""
     tail: str = ""
+    # A table's columns whose cells never break across lines (cell ids, times): `vit-speedups--baseline`
+    # broken at its hyphens reads as three words.
+    nowrap: tuple[int, ...] = ()
 
 
 def _md_cell(text: str) -> str:
@@ -44,27 +48,63 @@ def markdown(blocks: list[Block]) -> str:
         elif block.kind == "link":
             lines += [f"[{block.text}]({block.href}){block.tail}", ""]
         elif block.kind == "table":
-            headers, rows = block.headers or [], block.rows or []
-            lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
-            lines.append("|" + "---|" * len(headers))
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-            lines.append("")
+            lines += _md_table(block)
+        elif block.kind == "details":
+            # GitHub's way of folding: the table shows when the line is opened; elsewhere it reads as is.
+            lines += [
+                f"<details><summary>{escape(block.text)}</summary>",
+                "",
+                *_md_table(block),
+                "</details>",
+                "",
+            ]
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _md_table(block: Block) -> list[str]:
+    headers, rows = block.headers or [], block.rows or []
+    lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+# Laid out for a reader at a glance: text left, numbers right, tables and plots within the page (a plot
+# is drawn no wider than the page, so its labels show at the size they were drawn), a long word or log
+# line broken rather than pushed past the edge. tests/test_pages_layout.py measures it in Chromium.
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1150px; color: #222; line-height: 1.45; padding: 0 1em; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+p, .note, summary { overflow-wrap: break-word; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
+         overflow-wrap: break-word; }
 th { background: #f0f3f7; }
-img { max-width: 100%; border: 1px solid #ddd; }
-pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+td.num { text-align: right; white-space: nowrap; }
+.nowrap { white-space: nowrap; }
+figure { margin: 1em 0; }
+img { max-width: 100%; height: auto; border: 1px solid #ddd; }
+pre { background: #f6f8fa; padding: 0.8em; font-size: 0.8em; white-space: pre-wrap;
+      overflow-wrap: anywhere; }
+details { margin: 0.2em 0; } summary { cursor: pointer; }
+details > table { margin: 0.3em 0 0.8em 1.2em; }
+details td:last-child { overflow-wrap: anywhere; }  /* a path or a digest as long as the page */
 .note { border-left: 4px solid #e0a800; background: #fff8e1; padding: 0.5em 1em; }
 .reproduced { color: #1a7f37; } .faster { color: #0969da; } .slower { color: #9a6700; }
 .failed, .timeout, .interrupted, .no-result { color: #cf222e; } .not-comparable { color: #8250df; }
 """
+# The words a verdict or a status starts with, and the class that colours it.
+CLASSES = {
+    "reproduced": "reproduced",
+    "faster": "faster",
+    "slower": "slower",
+    "failed": "failed",
+    "timeout": "timeout",
+    "interrupted": "interrupted",
+    "no result": "no-result",
+    "not comparable": "not-comparable",
+}
+# A figure: `1,234.56`, `12.5%`, `3.20 GiB`, `1.60x vs 2.00x`, `-` (nothing): right-aligned, on one line.
+NUMBER = re.compile(r"-|[-+]?[\d.,]+(x|%)?( \S+){0,2}")
 
 
 def _embed(plot: Plot) -> str:
@@ -73,23 +113,33 @@ def _embed(plot: Plot) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{escape(plot.title)}">'
 
 
-def _css_class(text: str) -> str:
-    word = text.split(" (")[0].replace(" ", "-")
-    return (
-        f' class="{word}"'
-        if word
-        in (
-            "reproduced",
-            "faster",
-            "slower",
-            "failed",
-            "timeout",
-            "interrupted",
-            "no-result",
-            "not-comparable",
-        )
-        else ""
+def _classes(text: str, nowrap: bool) -> str:
+    found = [css for word, css in CLASSES.items() if text == word or text.startswith(_after(word))]
+    if NUMBER.fullmatch(text):
+        found.append("num")
+    elif nowrap:
+        found.append("nowrap")
+    return f' class="{" ".join(found)}"' if found else ""
+
+
+def _after(word: str) -> tuple[str, ...]:
+    # `not comparable: smoke scale`, `reproduced (0.98x ...)`, `faster; speedup ...`, `failed (...)`.
+    return f"{word} ", f"{word}:", f"{word};"
+
+
+def _table(block: Block) -> str:
+    nowrap = ' class="nowrap"'
+    head = "".join(
+        f"<th{nowrap if i in block.nowrap else ''}>{escape(h)}</th>"
+        for i, h in enumerate(block.headers or [])
     )
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{_classes(c, i in block.nowrap)}>{escape(c)}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in block.rows or []
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _inline_code(escaped: str) -> str:
@@ -120,11 +170,8 @@ def html(title: str, blocks: list[Block]) -> str:
                 f'<p><a href="{escape(block.href)}">{escape(block.text)}</a>{escape(block.tail)}</p>'
             )
         elif block.kind == "table":
-            head = "".join(f"<th>{escape(h)}</th>" for h in block.headers or [])
-            body = "".join(
-                "<tr>" + "".join(f"<td{_css_class(c)}>{escape(c)}</td>" for c in row) + "</tr>"
-                for row in block.rows or []
-            )
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            parts.append(_table(block))
+        elif block.kind == "details":
+            parts.append(f"<details><summary>{escape(block.text)}</summary>{_table(block)}</details>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

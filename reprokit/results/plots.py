@@ -27,6 +27,13 @@ PUBLISHED_COLORS = ["#9dc3e6", "#f4b183", "#a9d18e", "#d9d9d9", "#ffd966"]
 # One color per share of a step's time, the same in every recipe's breakdown.
 SHARE_COLORS = {"data_wait": "#c55a11", "compute": "#1f4e79", "communication": "#7f6000", "other": "#bfbfbf"}
 DPI = 100
+# Every text of a plot, in points: at DPI 100 a 9 pt label is 12.5 px, and a plot is drawn no wider than
+# the pages (pages.STYLE: 1,150 px), so a browser shows it at that size, never scaled down.
+FONT = 9
+TITLE_FONT = 11
+WIDTH = 9.0  # inches: 900 px, with the labels outside the axes still within the page
+# A measured bar of a run that is not comparable (the smoke scale): hatched, and said in its label.
+UNJUDGED_HATCH = "//"
 
 
 @dataclass
@@ -132,8 +139,39 @@ def save(fig: Any, session_dir: Path, name: str) -> Path:
     return files.write_bytes(path, image.getvalue())
 
 
+def unjudged_scale(rows: list[Row]) -> str | None:
+    """The scale of rows that ran at one other than the publication's (`smoke`): every plot of them
+    says so, as the report's banner does."""
+    scales = sorted({r.scale for r in rows if r.scale not in (None, "published")})
+    return ", ".join(scales) or None
+
+
+def titled(text: str, rows: list[Row]) -> str:
+    """A plot's title, saying when its rows are not comparable with the publication (the smoke scale)."""
+    scale = unjudged_scale(rows)
+    return text + (f"\n({scale} scale: not comparable with the publication)" if scale else "")
+
+
+def _title(ax: Any, text: str, rows: list[Row]) -> None:
+    ax.set_title(titled(text, rows), fontsize=TITLE_FONT)
+
+
+def legend_below(fig: Any, ax: Any, columns: int = 4) -> None:
+    """The legend under the figure, where it covers no bar or line (save's tight bounding box keeps it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+                   fontsize=FONT, ncol=min(columns, len(handles)))  # fmt: skip
+
+
+def _rows_height(count: int, per_row: float) -> float:
+    """A horizontal bar chart's height in inches: `per_row` inches a variant, room for its decorations."""
+    return per_row * count + 1.5
+
+
 def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
-    """Measured samples/s per device, per variant, beside the published bars of each device."""
+    """Measured samples/s per device, per variant, beside the published bars of each device: a row
+    per variant (16 of them read down the figure, their names level), values at the bars' ends."""
     measured = [r for r in rows if r.measured_per_device is not None]
     if not measured:
         return None
@@ -146,27 +184,33 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
             for ref in r.all_references():
                 if ref.get("value") is not None:
                     published.setdefault(ref["device"], {})[r.variant] = verdicts.per_device(ref)
-    series = [(f"measured ({_device_label(measured)})", {r.variant: r.measured_per_device for r in measured})]
+    scale = unjudged_scale(rows)
+    label = f"measured ({_device_label(measured)})" + (f", {scale} scale" if scale else "")
+    series = [(label, {r.variant: r.measured_per_device for r in measured})]
     series += [(f"published {device}", values) for device, values in published.items()]
-    width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(variants) + 2), 4.2))
-    for i, (label, values) in enumerate(series):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j, v in enumerate(variants) if v in values]
-        ys = [values[v] for v in variants if v in values]
+    height = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(variants), max(0.45, 0.25 * len(series)))))
+    largest = 0.0
+    for i, (name, values) in enumerate(series):
+        ys = [j + (i - (len(series) - 1) / 2) * height for j, v in enumerate(variants) if v in values]
+        xs = [values[v] or 0.0 for v in variants if v in values]
         color = MEASURED_COLOR if i == 0 else PUBLISHED_COLORS[(i - 1) % len(PUBLISHED_COLORS)]
         # The measured bars of repeated cells (--repeat) span their runs' min to max, as history's do.
         spans = _repeat_spans([r for r in rows if r.variant in values]) if i == 0 else None
-        bars = ax.bar(xs, ys, width, label=label, color=color, edgecolor="black", linewidth=0.4, yerr=spans,
-                      capsize=3 if spans is not None else 0, error_kw={"linewidth": 0.8})  # fmt: skip
-        ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
+        largest = max([largest, *(x + (spans[1][k] if spans else 0.0) for k, x in enumerate(xs))])
+        bars = ax.barh(ys, xs, height, label=name, color=color, edgecolor="black", linewidth=0.4,
+                       hatch=UNJUDGED_HATCH if i == 0 and scale else None, xerr=spans,
+                       capsize=3 if spans is not None else 0, error_kw={"linewidth": 0.8})  # fmt: skip
+        ax.bar_label(bars, fmt="%.3g", fontsize=FONT, padding=2)
     unit = _unit(rows)
     ticks = [v if r.status == "ok" else f"{v} ({r.status})" for v, r in zip(variants, rows, strict=True)]
-    ax.set_xticks(range(len(variants)), ticks, rotation=20, ha="right")
-    ax.set_ylabel(f"{unit} per device")
-    scale_note = "" if comparable else " (smoke scale: published bars omitted, not comparable)"
-    ax.set_title(f"{recipe}: throughput per device{scale_note}", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+    ax.set_yticks(range(len(variants)), ticks, fontsize=FONT)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (largest or 1.0) * 1.15)  # room for the values at the bars' ends
+    ax.set_xlabel(f"{unit} per device")
+    _title(ax, f"{recipe}: throughput per device" + ("" if comparable else " (published bars omitted)"), rows)
+    ax.grid(axis="x", alpha=0.3)
+    legend_below(fig, ax)
     name = f"throughput-{slug(recipe)}.png"
     caption = (
         "Measured under each published figure's own definition (after the warm-up steps where there is "
@@ -201,33 +245,36 @@ def _repeat_spans(rows: list[Row]) -> list[list[float]] | None:
 
 def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     """A stacked bar per cell: the shares of its measured window, in the throughput plot's order, with
-    the cell's measured figure per device above it."""
+    the cell's measured figure per device at its end."""
     timed = [r for r in rows if explain.shares(r)]
     if not timed:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(timed) + 2), 4.2))
-    xs = range(len(timed))
-    bottoms = [0.0] * len(timed)
+    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(timed), 0.42)))
+    ys = range(len(timed))
+    lefts = [0.0] * len(timed)
     for share in explain.SHARES:
         values = [explain.shares(r).get(share, 0.0) for r in timed]
         if not any(values):
             continue
-        bars = ax.bar(xs, values, 0.6, bottom=bottoms, label=explain.SHORT[share], color=SHARE_COLORS[share],
-                      edgecolor="black", linewidth=0.4)  # fmt: skip
-        ax.bar_label(bars, labels=[f"{v:.0%}" if v >= 0.05 else "" for v in values], label_type="center",
-                     fontsize=7, color="white" if share != "other" else "black")  # fmt: skip
-        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+        bars = ax.barh(ys, values, 0.6, left=lefts, label=explain.SHORT[share], color=SHARE_COLORS[share],
+                       edgecolor="black", linewidth=0.4)  # fmt: skip
+        # A share too narrow for its label is read in the sentences below the plot.
+        ax.bar_label(bars, labels=[f"{v:.0%}" if v >= 0.07 else "" for v in values], label_type="center",
+                     fontsize=FONT, color="white" if share != "other" else "black")  # fmt: skip
+        lefts = [b + v for b, v in zip(lefts, values, strict=True)]
     unit = _unit(rows)
-    for x, r in zip(xs, timed, strict=True):
+    for y, r in zip(ys, timed, strict=True):
         if r.measured_per_device is not None:
-            ax.annotate(f"{r.measured_per_device:.3g} {unit}", (x, 1.01), ha="center", fontsize=7)
-    ax.set_xticks(list(xs), [r.variant for r in timed], rotation=20, ha="right")
-    ax.set_ylim(0, 1.1)
-    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
-    ax.set_ylabel("share of the measured window")
-    ax.set_title(f"{recipe}: where each cell's time went (per device figure above)", fontsize=10)
-    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+            ax.annotate(f"{r.measured_per_device:.3g} {unit}", (1.02, y), va="center", fontsize=FONT)
+    ax.set_yticks(list(ys), [r.variant for r in timed], fontsize=FONT)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.3)  # the per-device figures right of the bars
+    ax.set_xticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    ax.set_xlabel("share of the measured window")
+    _title(ax, f"{recipe}: where each cell's time went (its figure per device at the right)", rows)
+    legend_below(fig, ax)
     name = f"breakdown-{slug(recipe)}.png"
     caption = (
         "Each cell's measured window (after its warm-up) split by the trainer's meter, rank 0: the wait for "
@@ -243,14 +290,17 @@ def energy_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     if not measured:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(measured) + 2), 3.8))
-    bars = ax.bar(range(len(measured)), [r.samples_per_joule for r in measured], 0.6, color=MEASURED_COLOR,
-                  edgecolor="black", linewidth=0.4)  # fmt: skip
-    ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
-    ax.set_xticks(range(len(measured)), [r.variant for r in measured], rotation=20, ha="right")
-    ax.set_ylabel("samples per joule")
-    ax.set_title(f"{recipe}: samples per joule (measured window)", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
+    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(measured), 0.42)))
+    values = [r.samples_per_joule or 0.0 for r in measured]
+    bars = ax.barh(range(len(measured)), values, 0.6, color=MEASURED_COLOR, edgecolor="black", linewidth=0.4,
+                   hatch=UNJUDGED_HATCH if unjudged_scale(measured) else None)  # fmt: skip
+    ax.bar_label(bars, fmt="%.3g", fontsize=FONT, padding=2)
+    ax.set_yticks(range(len(measured)), [r.variant for r in measured], fontsize=FONT)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(values) * 1.15)
+    ax.set_xlabel("samples per joule")
+    _title(ax, f"{recipe}: samples per joule (measured window)", measured)
+    ax.grid(axis="x", alpha=0.3)
     name = f"energy-{slug(recipe)}.png"
     sources = sorted({str(r.energy) for r in measured})
     caption = f"The samples of the measured window over the energy its devices drew: {'; '.join(sources)}."
@@ -282,20 +332,22 @@ def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     if not curves:
         return None
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
     for variant, c in curves.items():
         for ax, key in ((left, "samples_per_second"), (right, "loss")):
             if c[key]:
                 steps, values = zip(*c[key], strict=True)
                 ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.2, label=variant)
     unit = _unit(rows)
-    left.set_title(f"{recipe}: {unit} per logging interval (all devices)", fontsize=10)
-    right.set_title(f"{recipe}: training loss", fontsize=10)
+    left.set_title(f"{unit} per logging interval (all devices)", fontsize=FONT + 1)
+    right.set_title("training loss", fontsize=FONT + 1)
+    left.set_ylim(bottom=0)  # from zero: a 2% wobble must not look like a halving
     for ax in (left, right):
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # steps are whole
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+    fig.suptitle(titled(f"{recipe}: training curves", rows), fontsize=TITLE_FONT)
+    legend_below(fig, left if left.lines else right)
     name = f"curves-{slug(recipe)}.png"
     caption = "From each run's throughput.csv (the TensorBoard event files where a run has none)."
     if unread:
@@ -315,26 +367,35 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
         return None
     plt = pyplot()
     labels = [r.variant for r in rungs]
-    fig, ax = plt.subplots(figsize=(8, 0.55 * len(rungs) + 1.6))
+    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(rungs), 0.6)))
     ys = range(len(rungs))
+    # A measured speedup of runs that are not comparable (the smoke scale) is hatched and says so at its
+    # end: set beside a published bar, a plain one would read as a reproduction.
+    scale = unjudged_scale(rungs)
     for offset, key, label, color in (
-        (-0.2, "measured_speedup", "measured (this session)", MEASURED_COLOR),
+        (
+            -0.2,
+            "measured_speedup",
+            "measured (this session" + (f", {scale} scale)" if scale else ")"),
+            MEASURED_COLOR,
+        ),
         (0.2, "published_speedup", "published", PUBLISHED_COLORS[0]),
     ):
         values = [getattr(r, key) or 0.0 for r in rungs]
-        bars = ax.barh(
-            [y + offset for y in ys], values, 0.4, label=label, color=color, edgecolor="black", linewidth=0.4
-        )
-        ax.bar_label(bars, labels=[f"{v:.2f}x" if v else "" for v in values], fontsize=7, padding=2)
+        unjudged = key == "measured_speedup" and scale
+        bars = ax.barh([y + offset for y in ys], values, 0.4, label=label, color=color, edgecolor="black",
+                       linewidth=0.4, hatch=UNJUDGED_HATCH if unjudged else None)  # fmt: skip
+        words = f"x {scale}" if unjudged else "x"
+        ax.bar_label(bars, labels=[f"{v:.2f}{words}" if v else "" for v in values], fontsize=FONT, padding=2)
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     largest = max([v or 0.0 for r in rungs for v in (r.measured_speedup, r.published_speedup)] + [1.0])
-    ax.set_xlim(0, largest * 1.15)  # room for the bar labels
-    ax.set_yticks(list(ys), labels)
+    ax.set_xlim(0, largest * 1.25)  # room for the bar labels
+    ax.set_yticks(list(ys), labels, fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlabel("speedup over the baseline (per device)")
-    ax.set_title(f"{recipe}: speedup ladder", fontsize=10)
-    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / len(rungs)))
+    _title(ax, f"{recipe}: speedup ladder", rungs)
     ax.grid(axis="x", alpha=0.3)
+    legend_below(fig, ax)
     name = f"ladder-{slug(recipe)}.png"
     devices = sorted({r.speedup_reference_device for r in rungs if r.speedup_reference_device})
     caption = "Ratios measured in one session hold across machines where absolute numbers do not." + (

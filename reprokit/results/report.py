@@ -7,8 +7,8 @@ The Markdown and the HTML are rendered from the same list of blocks, so they can
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timezone
 from pathlib import Path
 
 from reprokit.invocation import command
@@ -42,13 +42,14 @@ DETAIL_HEADERS = [
     "scaling efficiency",
     "MFU",
     "samples/J",
+    "step time p50 / p90 / p99",
     "wall time",
     "peak memory",
 ]
 
 PROVENANCE_HEADERS = [
     "cell",
-    "started",
+    "started (UTC)",
     "device",
     "image",
     "kit revision",
@@ -82,6 +83,7 @@ def _detail(r: Row) -> list[str]:
         # Over the peak of the precision the matmuls ran in.
         formats.percent(r.mfu) + (f" ({r.mfu_precision})" if r.mfu is not None and r.mfu_precision else ""),
         formats.number(r.samples_per_joule, 3),
+        formats.step_times(r),
         formats.seconds(r.wall_time_s),
         # The allocator's peak, and what the device saw the process hold where NVML says.
         formats.gib(r.peak_memory_bytes)
@@ -93,10 +95,16 @@ def _detail(r: Row) -> list[str]:
     ]
 
 
+def _utc(text: str | None) -> str:
+    """A recorded time as `2026-11-26 19:05:03` in UTC (it breaks at its space when the table is full)."""
+    found = session.parse_time(text)
+    return found.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if found else text or "-"
+
+
 def _provenance(r: Row) -> list[str]:
     return [
         r.cell_id or "-",
-        r.started_at or "-",
+        _utc(r.started_at),
         f"{r.device_name or '-'} x{r.world_size or '-'}",
         (r.image_id or "-")[:19],
         r.kit_revision or "-",
@@ -108,50 +116,88 @@ def _provenance(r: Row) -> list[str]:
 
 
 def publication_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """One recipe laid out like the publications' tables: a column per variant, a row per device."""
-    variants = [r.variant or "-" for r in rows]
+    """One recipe as a row per variant (a recipe of 16 variants reads down the page, not off its edge):
+    the published figure per device on each device the publication names, the measured one beside
+    them, their ratio, the speedups, and the verdict in one sentence."""
     figures: dict[str, dict[str | None, str]] = {}
     for r in rows:
         for ref in r.all_references():
             if ref.get("value") is not None:
-                label = f"published {ref['device']}, per device (of {verdicts.total_devices(ref)})"
+                label = f"published {ref['device']} (of {verdicts.total_devices(ref)})"
                 figures.setdefault(label, {})[r.variant] = formats.number(verdicts.per_device(ref))
     measured_on = sorted({f"{r.device_name or '-'} x{r.world_size}" for r in rows if r.measured})
-    body = [[label, *(values.get(v, "-") for v in variants)] for label, values in figures.items()]
-    body += [
-        [
-            f"measured, per device ({', '.join(measured_on) or 'no result'})",
-            *(formats.number(r.measured_per_device) for r in rows),
-        ],
-        ["measured / published", *(formats.ratio(r.ratio_per_device) for r in rows)],
-        ["verdict", *(formats.verdict(r) for r in rows)],
+    headers = [
+        "variant",
+        *figures,
+        f"measured ({', '.join(measured_on) or 'no result'})",
+        "measured / published",
     ]
-    if any(r.samples_per_joule for r in rows):
-        body.append(["measured samples/J", *(formats.number(r.samples_per_joule, 3) for r in rows)])
-    if any(r.step_time_p50_s for r in rows):
-        body.append(["step time p50 / p90 / p99", *(formats.step_times(r) for r in rows)])
+    energy = any(r.samples_per_joule for r in rows)
+    step_times = any(r.step_time_p50_s for r in rows)
+    beyond = any(r.beyond for r in rows)
+    speedups = beyond or any(r.baseline for r in rows)
+    if energy:
+        headers.append("samples/J")
+    if step_times:
+        headers.append("step time p50 / p90 / p99")
+    if beyond:
+        headers.append("software")
+    if speedups:
+        headers += ["speedup, measured", "speedup, published"]
+    headers.append("verdict")
+    body = []
+    for r in rows:
+        line = [r.variant or "-", *(values.get(r.variant, "-") for values in figures.values())]
+        line += [formats.number(r.measured_per_device), formats.ratio(r.ratio_per_device)]
+        if energy:
+            line.append(formats.number(r.samples_per_joule, 3))
+        if step_times:
+            line.append(formats.step_times(r))
+        if beyond:
+            line.append(f"beyond, over {r.beyond}" if r.beyond else "published")
+        if speedups:
+            # A variant beyond the publication: its speedup over the published variant it goes beyond.
+            line += [
+                formats.ratio(r.measured_speedup),
+                "-" if r.beyond else formats.ratio(r.published_speedup),
+            ]
+        body.append([*line, formats.verdict_sentence(r)])
+    return headers, body
 
-    def of_group(text: Callable[[Row], str]) -> list[str]:
-        return ["-" if r.beyond else text(r) for r in rows]
 
-    if any(r.baseline for r in rows):
-        body += [
-            ["speedup vs baseline, measured", *of_group(lambda r: formats.ratio(r.measured_speedup))],
-            ["speedup vs baseline, published", *of_group(lambda r: formats.ratio(r.published_speedup))],
-            ["speedup verdict", *of_group(formats.speedup_verdict)],
-        ]
-    if any(r.beyond for r in rows):
-        body += [
-            [
-                "software",
-                *(f"beyond the publication (over {r.beyond})" if r.beyond else "published" for r in rows),
-            ],
-            [
-                "speedup over the published variant",
-                *(formats.ratio(r.measured_speedup) if r.beyond else "-" for r in rows),
-            ],
-        ]
-    return ["", *variants], body
+SUMMARY_HEADERS = [
+    "cell",
+    "status",
+    "per device",
+    "published per device",
+    "measured / published",
+    "speedup (measured vs published)",
+    "verdict",
+]
+
+
+def _summary(r: Row) -> list[str]:
+    return [
+        r.cell_id or "-",
+        r.status or "-",
+        f"{formats.number(r.measured_per_device)} {r.unit or ''}".strip()
+        if r.measured_per_device is not None
+        else "-",
+        formats.number(r.reference_per_device),
+        formats.ratio(r.ratio_per_device),
+        formats.speedup(r),
+        formats.verdict_sentence(r),
+    ]
+
+
+def cell_details(r: Row) -> Block:
+    """Every column of a cell, a click away from its summary line: a column and its value a row."""
+    return Block(
+        "details",
+        f"{r.cell_id or '-'}: {formats.verdict_sentence(r)}",
+        headers=["column", "value"],
+        rows=[[h, v] for h, v in zip(DETAIL_HEADERS, _detail(r), strict=True)],
+    )
 
 
 def container_phrase(container: str | None) -> str:
@@ -182,7 +228,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
             "Throughput is global (all ranks). Each published figure is compared with the run's figure "
             "under the same definition ('judged by'); the trainers record every definition they can, "
             "shown beside it. Published figures are for whole nodes, so both sides are compared per "
-            "device (the 'compared' column says when device counts differ). Verdict: reproduced within "
+            "device (each cell's details say when device counts differ). Verdict: reproduced within "
             f"the recipe's tolerance ({', '.join(f'±{t:.0%}' for t in tolerances) or '-'}), else faster "
             "or slower; not comparable, with the reasons, when the run did not do what the publication "
             "did (smoke scale, synthetic data, a switch not in effect, software other than the "
@@ -212,12 +258,17 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
                 "they are not comparable with the published figures, so no verdict is given.",
             )
         )
+    out += [
+        Block("h2", "All cells"),
+        Block("table", headers=SUMMARY_HEADERS, rows=[_summary(r) for r in table], nowrap=(0,)),
+        Block("p", "Every column of each cell, its reasons whole, is under Details below."),
+    ]
     for recipe in dict.fromkeys(r.recipe for r in table if r.recipe):
         rows = [r for r in table if r.recipe == recipe]
         title = next((r.title for r in rows if r.title), None)
         out.append(Block("h2", f"{recipe}" + (f": {title}" if title else "")))
         headers, body = publication_table(rows)
-        out.append(Block("table", headers=headers, rows=body))
+        out.append(Block("table", headers=headers, rows=body, nowrap=(0,)))
         assumptions = next((r.assumptions for r in rows if r.assumptions), [])
         if assumptions:
             out.append(Block("p", "The verdicts rest on these readings of the publication:"))
@@ -233,10 +284,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         if not read:  # no breakdown plot (a disk that filled while drawing): the sentences still say it
             out += [Block(**line._asdict()) for line in explain.reading(rows)]
         out += [Block(**line._asdict()) for line in explain.energy_and_traces(rows)]
-    out += [
-        Block("h2", "All cells"),
-        Block("table", headers=DETAIL_HEADERS, rows=[_detail(r) for r in table]),
-    ]
+    out += [Block("h2", "Details"), *(cell_details(r) for r in table)]
     failed = [r for r in table if r.status != "ok"]
     if failed:
         out.append(Block("h2", "Cells that did not complete"))
@@ -250,7 +298,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         )
     out += [
         Block("h2", "Provenance"),
-        Block("table", headers=PROVENANCE_HEADERS, rows=[_provenance(r) for r in table]),
+        Block("table", headers=PROVENANCE_HEADERS, rows=[_provenance(r) for r in table], nowrap=(0,)),
         Block(
             "p",
             "Every row is rebuilt from the run directories (runs/<cell>/) by `inv collect`; "

@@ -52,11 +52,13 @@ def reference_for(
 
 
 def verdict(ratio: float | None, tolerance: float, reasons: list[str]) -> str:
-    """Measured over published, within the recipe's relative tolerance or not."""
-    if ratio is None:
-        return NO_REFERENCE
+    """Measured over published, within the recipe's relative tolerance or not. A run that did other than
+    the publication (a smoke scale, synthetic data) is not comparable whether or not a figure exists for
+    its device: `no reference` would read as if only the figure were missing."""
     if reasons:
         return NOT_COMPARABLE
+    if ratio is None:
+        return NO_REFERENCE
     if abs(ratio - 1.0) <= tolerance:
         return REPRODUCED
     return FASTER if ratio > 1.0 else SLOWER
@@ -206,8 +208,6 @@ def judge_value(
         else None
     )
     outcome = verdict(ratio, tolerance, reasons)
-    if outcome == NO_REFERENCE and reference_per_device and reasons:
-        outcome = NOT_COMPARABLE  # a published figure exists, but the run gave none to set beside it
     if outcome == NOT_COMPARABLE:
         return None, outcome, reasons
     return ratio, outcome, []

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shlex
+import socket
 import subprocess
 import sys
 import threading
@@ -164,6 +165,9 @@ def container_spec(
         "REPROKIT_IMAGE_ID": image_id or "",
         "REPROKIT_IMAGE_LABELS": json.dumps(image_labels or {}, sort_keys=True),
         "REPROKIT_SCRATCH": CONTAINER_SCRATCH,
+        # The container's hostname is its id: the trainer records this machine's name beside it (Docker
+        # starts cells on this machine only: `launches` is local).
+        "REPROKIT_MACHINE": socket.gethostname(),
     }
     volumes = {str(runs): {"bind": CONTAINER_RUNS, "mode": "rw"}}
     for path in cell.data.values():

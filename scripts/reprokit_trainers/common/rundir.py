@@ -328,6 +328,9 @@ class RunDir:
         info: dict[str, Any] = {
             "started_at": self.started_at,
             "hostname": socket.gethostname(),
+            # The machine, where a container's hostname would name only the container (Docker's is its id,
+            # new each run): the platform that hides it passes it; elsewhere the hostname is the machine's.
+            "machine": os.environ.get("REPROKIT_MACHINE") or socket.gethostname(),
             "platform": platform.platform(),
             "python": sys.version.split()[0],
             "world_size": world_size(),
