@@ -14,7 +14,9 @@ from reprokit.results import report as reporting
 from reprokit.results import terminal
 from reprokit.run import files
 from reprokit.run import session as sessions
+from reprokit.run.bounded import Malformed
 from reprokit.tasking import friendly, task
+from reprokit.textsafe import line
 
 SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
@@ -39,8 +41,19 @@ def _percent(value: object, flag: str) -> float:
     return found / 100
 
 
+def say_skipped(skipped: list[Malformed]) -> None:
+    """What was left out, on stderr: `skipped: <path>: <reason>`, one line each."""
+    for found in skipped:
+        print(found.skipped(), file=sys.stderr)
+
+
 def _session(name: str, results: str | None = None) -> Path:
-    return sessions.find(name, Path(results or settings.load().get("results") or sessions.RESULTS_DIR))
+    skipped: list[Malformed] = []
+    found = sessions.find(
+        name, Path(results or settings.load().get("results") or sessions.RESULTS_DIR), skipped=skipped
+    )
+    say_skipped(skipped)  # latest, previous: the sessions that could not be placed in time
+    return found
 
 
 @task(help={"session": SESSION_HELP, "results": RESULTS_HELP})
@@ -48,8 +61,9 @@ def _session(name: str, results: str | None = None) -> Path:
 def collect(c, session, results=None):
     """Rebuild results.csv and results.jsonl of a session from its run directories."""
     folder = _session(session, results)
-    table = collecting.collect(folder)
-    print(f"{len(table)} cells -> {folder / 'results.csv'}")
+    found = collecting.collect(folder)
+    say_skipped(found.skipped)
+    print(f"{len(found.rows)} cells -> {line(folder / 'results.csv')}")
 
 
 @task(name="report", help={"session": SESSION_HELP, "results": RESULTS_HELP})
@@ -57,9 +71,10 @@ def collect(c, session, results=None):
 def report(c, session, results=None):
     """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
     written = reporting.write(_session(session, results))
+    say_skipped(written.skipped)
     terminal.print_table(written.table)
-    print(written.html)
-    print(written.markdown)
+    print(line(written.html))
+    print(line(written.markdown))
 
 
 @task(
@@ -86,13 +101,12 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
 
         print(schemas.dumps("history", over_time.to_json(folder, found)))
         return
-    if found.skipped_line:
-        print(found.skipped_line, file=sys.stderr)
+    say_skipped(found.skipped)
     if not found.rows:
         raise ReprokitError(f"no completed cell under {folder} matches (sessions: {found.sessions})")
     over_time.print_table(found.rows)
     try:
-        print(over_time.write(folder, found.rows))
+        print(line(over_time.write(folder, found.rows)))
     except OSError as exc:
         # A results folder to read, not to write (a team's, mounted read-only): the table is the answer.
         if not files.is_storage_failure(exc):
@@ -109,6 +123,8 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
         "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (CI of an image build)",
         "noise": "for cells that ran once (no --repeat): the run-to-run spread in percent to accept as `same`; "
         "--fail-on-regression on single runs needs it",
+        "skip_unjudged": "with --fail-on-regression: gate on the cells it can judge, and pass over those it "
+        "cannot (no figure, a NaN, infinite, zero or negative one, a cell in one session only) instead of failing",
         "results": RESULTS_HELP,
         "json_": "print the comparison as JSON instead of the table; the gate's exit code is the same "
         "(its schema: reprokit/schemas/compare.schema.json)",
@@ -116,10 +132,12 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
 )
 @friendly
 def compare(
-    c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, results=None, json_=False
-):
+    c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, skip_unjudged=False,
+    results=None, json_=False,
+):  # fmt: skip
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
-    and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host."""
+    and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host.
+    With --fail-on-regression, a cell it cannot judge fails the gate too, unless --skip-unjudged."""
     from reprokit.results import compare as comparing
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
@@ -131,18 +149,27 @@ def compare(
     band = None if noise is None else _percent(noise, "noise")
     limit = None if fail_on_regression is None else _percent(fail_on_regression, "fail-on-regression")
     fraction = _percent(threshold, "threshold")
-    first, second, found = comparing.compare(folder, a, b, fraction, band)
-    worse = comparing.gate(found, limit, band) if limit is not None else []
+    skipped: list[Malformed] = []
+    first, second, found = comparing.compare(folder, a, b, fraction, band, skipped)
+    say_skipped(skipped)
+    worse, unjudged = comparing.gate(found, limit, band) if limit is not None else ([], [])
+    # A cell the gate cannot judge fails it, unless told to pass over such cells.
+    blocking = [] if skip_unjudged else unjudged
     if json_:
         from reprokit import schemas
 
-        payload = comparing.to_json(first, second, found, fraction, band, limit, worse)
+        payload = comparing.to_json(first, second, found, fraction, band, limit, worse, blocking)
         print(schemas.dumps("compare", payload))
     else:
         comparing.print_table(first, second, found)
+    failures = []
     if worse:
-        names = ", ".join(f"{x.cell_id} ({x.ratio:.2f}x)" for x in worse)
-        raise ReprokitError(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
+        names = ", ".join(f"{line(x.cell_id)} ({x.ratio:.2f}x)" for x in worse)
+        failures.append(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
+    if blocking:
+        failures.append(comparing.unjudged_line(blocking))
+    if failures:
+        raise ReprokitError("; and ".join(failures))
 
 
 @task(
@@ -159,13 +186,16 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
     """Log a session into MLflow: a run per cell with its parameters, per-step samples/s and loss, its
     numbers and provenance, under one run per session carrying the report."""
     if to != "mlflow":
-        raise ReprokitError(f"--to {to}: the kit exports to mlflow")
+        raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
     from reprokit.results import export_mlflow
 
+    if tracking_uri:
+        export_mlflow.check_uri(tracking_uri)  # before anything is read: one line naming the stores that work
     done = export_mlflow.export(_session(session, results), tracking_uri)
+    say_skipped(done.skipped)
     notes = []
     if done.rolled_back:
         notes.append(f"{done.rolled_back} unfinished run(s) of an interrupted export deleted and made again")
     if not done.made:
         notes.append("the session was there already")
-    print(f"{len(done.made)} runs logged to {done.uri}" + (f" ({'; '.join(notes)})" if notes else ""))
+    print(f"{len(done.made)} runs logged to {line(done.uri)}" + (f" ({'; '.join(notes)})" if notes else ""))

@@ -281,27 +281,32 @@ def test_one_bad_session_is_skipped_with_its_reason_and_every_other_one_still_re
     shown = run_inv("history", "all", "--results", str(team))
     assert shown.returncode == 0, shown.stderr
     listed = {line.split()[0] for line in shown.stdout.splitlines() if "fake--v" in line}
-    assert listed == {"good", "later", "listy", "binary"}
-    (skipped,) = shown.stderr.strip().splitlines()
-    assert skipped == (
-        f"skipped 5 sessions under {team}: bad\\xffname: its folder name is not UTF-8; empty: an empty folder; "
-        "latin1: results.jsonl is not UTF-8 (byte 0xe9 at offset 16); loop: a link loop; "
-        "trunc: results.jsonl truncated at line 2"
-    )
+    assert listed == {"good", "later"}
+    # Each session left out is one line: the file (or folder) and why.
+    assert shown.stderr.strip().splitlines() == [
+        f"skipped: {team}/bad\\xffname: its folder name is not UTF-8",
+        f"skipped: {binary}/session.json: not UTF-8 (byte 0xff at offset 0)",
+        f"skipped: {team}/empty: an empty folder",
+        f"skipped: {latin}/results.jsonl: not UTF-8 (byte 0xe9 at offset 16)",
+        f"skipped: {listy}/session.json: a JSON list, not an object",
+        f"skipped: {team}/loop: a link loop",
+        f"skipped: {truncated}/results.jsonl: truncated at line 2",
+    ]
     # Two good sessions compare, whatever lies beside them; a bad one is refused in one line.
     compared = run_inv("compare", "-a", "good", "-b", "later", "--results", str(team), "--noise", "5")
     assert compared.returncode == 0, compared.stderr
     assert "0.900" in compared.stdout
-    assert run_inv("compare", "-a", "listy", "-b", "binary", "--results", str(team)).returncode == 0
     refused = run_inv("compare", "-a", "good", "-b", "trunc", "--results", str(team))
     assert refused.returncode == 2
-    assert (
-        refused.stderr.strip() == "reprokit: session trunc cannot be read: results.jsonl truncated at line 2"
+    assert refused.stderr.strip() == (
+        f"reprokit: session trunc cannot be read: {truncated}/results.jsonl: truncated at line 2"
     )
-    # A session.json that is not an object (or not UTF-8) does not stop its report.
+    # A session.json that is not an object (or not UTF-8) does not stop its report: the report is
+    # made from the run directories, and says what it left out.
     for name in ("listy", "binary"):
         reported = run_inv("report", name, "--results", str(team))
         assert reported.returncode == 0 and "Traceback" not in reported.stderr, reported.stderr
+        assert reported.stderr.startswith(f"skipped: {team / name}/session.json: "), reported.stderr
 
 
 @needs_namespaces

@@ -283,7 +283,7 @@ def test_rows_come_from_run_directories_and_planned_cells_that_never_ran_are_lis
 
     shutil.rmtree(session_dir / "runs" / "fake--slow")
     (session_dir / "runs" / "fake--fast" / "summary.json").unlink()
-    table = collect.collect(session_dir)
+    table = collect.collect(session_dir).rows
     assert [(r.variant, r.status) for r in table] == [
         ("base", "ok"),
         ("fast", "incomplete"),

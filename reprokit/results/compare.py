@@ -17,6 +17,10 @@ from typing import Any
 from reprokit.errors import ReprokitError
 from reprokit.results import machines, store
 from reprokit.results.row import Row
+from reprokit.results.verdicts import not_a_rate
+from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line as markup_free
+from reprokit.textsafe import markup
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.
@@ -62,8 +66,10 @@ def judge(a: Row, b: Row, threshold: float, noise: float | None = None) -> tuple
     two ranges (min..max) do not overlap, and beyond that only when it exceeds the threshold. Where a
     side ran once, `noise` (the run-to-run spread the user accepts) is the band; without it the
     verdict is the threshold's, said to rest on an unknown spread."""
-    if a.measured_per_device is None or b.measured_per_device is None:
-        return None, NOT_COMPARED, "no result in " + ("A" if a.measured_per_device is None else "B")
+    for side, row in (("A", a), ("B", b)):
+        problem = _no_figure(row)
+        if problem:
+            return None, NOT_COMPARED, f"{side}: {problem}"
     if (a.definition or "") != (b.definition or ""):
         return None, NOT_COMPARED, f"measured under different definitions ({a.definition} vs {b.definition})"
     ratio = b.measured_per_device / a.measured_per_device
@@ -86,10 +92,23 @@ def judge(a: Row, b: Row, threshold: float, noise: float | None = None) -> tuple
     return ratio, changed, ""
 
 
+def _no_figure(row: Row) -> str | None:
+    """Why a side's figure cannot be set beside the other's: none (and why: the row's reasons), or one
+    that is not a rate (NaN, infinite, 0, below 0: a results.jsonl another kit wrote)."""
+    value = row.measured_per_device
+    if value is None:
+        if row.status not in ("ok", "partial"):
+            return f"no result ({row.status})"
+        why = [r for r in (row.verdict_reasons or "").split("; ") if r.startswith("throughput ")]
+        return "no figure" + (f" ({'; '.join(why)})" if why else "")
+    problem = not_a_rate(value)
+    return f"throughput {problem} ({value})" if problem else None
+
+
 def judge_energy(a: Row, b: Row, threshold: float) -> tuple[float | None, str]:
-    """(B/A samples per joule, verdict): compared only where both runs measured energy."""
+    """(B/A samples per joule, verdict): compared only where both runs measured energy (a figure above 0)."""
     a_value, b_value = a.samples_per_joule, b.samples_per_joule
-    if not a_value or not b_value:
+    if a_value is None or b_value is None or not_a_rate(a_value) or not_a_rate(b_value):
         return None, NOT_COMPARED
     ratio = b_value / a_value
     if abs(ratio - 1) <= threshold:
@@ -98,12 +117,21 @@ def judge_energy(a: Row, b: Row, threshold: float) -> tuple[float | None, str]:
 
 
 def compare(
-    results: Path, first: str, second: str, threshold: float = 0.05, noise: float | None = None
+    results: Path,
+    first: str,
+    second: str,
+    threshold: float = 0.05,
+    noise: float | None = None,
+    skipped: list[Malformed] | None = None,
 ) -> tuple[Path, Path, list[CellComparison]]:
-    """Every cell of either session, matched by cell id."""
-    a_dir, b_dir = store.resolve_session(results, first), store.resolve_session(results, second)
-    a_rows = {r.cell_id: r for r in store.rows_of(a_dir)}
-    b_rows = {r.cell_id: r for r in store.rows_of(b_dir)}
+    """Every cell of either session, matched by cell id (`latest` and `previous` among the sessions
+    that can be read: those that cannot are added to `skipped`)."""
+    left: list[Malformed] = []
+    a_dir, b_dir = store.resolve_session(results, first, left), store.resolve_session(results, second, left)
+    if skipped is not None:
+        skipped += list({str(x): x for x in left}.values())  # latest and previous list the same ones
+    a_rows = {r.cell_id: r for r in store.rows_of(a_dir, a_dir.parent)}
+    b_rows = {r.cell_id: r for r in store.rows_of(b_dir, b_dir.parent)}
     found = []
     for cell_id in dict.fromkeys([*a_rows, *b_rows]):
         a, b = a_rows.get(cell_id), b_rows.get(cell_id)
@@ -132,16 +160,31 @@ def compare(
     return a_dir, b_dir, found
 
 
-def gate(found: list[CellComparison], limit: float, noise: float | None) -> list[CellComparison]:
-    """The cells that regressed by more than `limit` (a fraction), for --fail-on-regression. A gate on
-    a cell that ran once on a side needs the noise band (`noise`): refused in one line without it."""
+def gate(
+    found: list[CellComparison], limit: float, noise: float | None
+) -> tuple[list[CellComparison], list[CellComparison]]:
+    """(the cells that regressed by more than `limit` (a fraction), the cells the gate cannot judge),
+    for --fail-on-regression. A cell it cannot judge (no figure on a side, a NaN, infinite, zero or
+    negative one, a cell in one session only) fails the gate unless the user passes over such cells: a
+    broken run must not pass a CI job as `not a regression`. A gate on a cell that ran once on a side
+    needs the noise band (`noise`): refused in one line without it."""
     single = [x.cell_id for x in found if x.single]
     if single and noise is None:
         raise ReprokitError(
             f"--fail-on-regression on single runs needs --noise PCT (the run-to-run spread you accept on this "
             f"machine), or sessions run with --repeat 3: {', '.join(single)} ran once on a side"
         )
-    return [x for x in found if x.verdict == REGRESSED and x.ratio is not None and 1 - x.ratio > limit]
+    worse = [x for x in found if x.verdict == REGRESSED and x.ratio is not None and 1 - x.ratio > limit]
+    return worse, [x for x in found if x.verdict == NOT_COMPARED]
+
+
+def unjudged_line(unjudged: list[CellComparison]) -> str:
+    """The gate's one line for the cells it cannot judge."""
+    return (
+        f"--fail-on-regression cannot judge {len(unjudged)} cell(s): "
+        + "; ".join(f"{markup_free(x.cell_id)} ({x.why})" for x in unjudged)
+        + " (--skip-unjudged gates on the others)"
+    )
 
 
 def changes(a: Row, b: Row) -> dict[str, tuple[Any, Any]]:
@@ -169,9 +212,10 @@ def _side(session: Path, row: Row | None) -> dict[str, Any] | None:
 
 
 def to_json(first: Path, second: Path, found: list[CellComparison], threshold: float, noise: float | None,
-            limit: float | None, worse: list[CellComparison]) -> dict[str, Any]:  # fmt: skip
+            limit: float | None, worse: list[CellComparison],
+            unjudged: list[CellComparison] | None = None) -> dict[str, Any]:  # fmt: skip
     """`compare --json` (reprokit/schemas/compare.schema.json): the table's content, and the gate's
-    answer when one was asked for."""
+    answer when one was asked for (`unjudged`: the cells it could not judge and did not pass over)."""
     everywhere = _common_changes(found)
     return {
         "a": first.name,
@@ -196,7 +240,12 @@ def to_json(first: Path, second: Path, found: list[CellComparison], threshold: f
         "changed_everywhere": {k: [old, new] for k, (old, new) in everywhere.items()},
         "gate": None
         if limit is None
-        else {"limit": limit, "regressed": [x.cell_id for x in worse], "passed": not worse},
+        else {
+            "limit": limit,
+            "regressed": [x.cell_id for x in worse],
+            "unjudged": [{"cell_id": x.cell_id, "why": x.why} for x in unjudged or []],
+            "passed": not worse and not unjudged,
+        },
     }
 
 
@@ -205,7 +254,7 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
     from rich.table import Table
 
     styles = {REGRESSED: "red", IMPROVED: "green", SAME: "", NOT_COMPARED: "yellow"}
-    view = Table(title=f"A = {first.name}, B = {second.name} (per device)")
+    view = Table(title=markup(f"A = {first.name}, B = {second.name} (per device)"))
     energy = any(x.energy_ratio is not None for x in found)
     for column in (
         "cell",
@@ -226,16 +275,20 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         style = styles.get(x.verdict, "")
         own = "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in x.changed.items() if k not in everywhere)
         per_joule = "-" if x.energy_ratio is None else f"{x.energy_ratio:.3f} {x.energy_verdict}"
+        # Every word from the sessions' files is text: never rich markup (`[/]`), never a control character.
+        verdict = markup(verdict)
         view.add_row(
-            x.cell_id, a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
-            *([per_joule] if energy else []), own or "-",
+            markup(x.cell_id), a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
+            *([per_joule] if energy else []), markup(own or "-"),
         )  # fmt: skip
     console = Console(width=200)
     console.print(view)
     if everywhere:
         console.print(
-            "Changed for every cell: "
-            + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in everywhere.items())
+            markup(
+                "Changed for every cell: "
+                + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in everywhere.items())
+            )
         )
 
 

@@ -10,29 +10,48 @@ The default store is a local SQLite database beside the results (results/mlflow.
 results/mlartifacts); `--tracking-uri` names another (a team's MLflow server; a SQLite file keeps its
 artifacts beside it, never in the folder the command ran from). Exporting a session again leaves the
 runs already there as they are, and finishes what an interrupted export began: a run is complete once
-it is terminated (it is terminated last), and a run left RUNNING is deleted and made again. The
-session's folder is only read (a read-only results folder exports to a store elsewhere).
+it is terminated (it is terminated last), and a run left RUNNING by an export that is gone (its process
+on this host ended, or it was stopped) is deleted and made again. Exports to one store take turns (a
+lock beside a SQLite store, else in this machine's lock folder): a second export waits for the first,
+and never takes its unfinished runs for an interrupted export's. The session's folder is only read (a
+read-only results folder exports to a store elsewhere), through the bounded reader: a file that leaves
+the results folder through a link is not read nor logged. A session of any name (quotes, a newline)
+is found again: MLflow's filters have no escape, so a name no quote can hold is matched by reading.
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
+import hashlib
 import json
 import os
+import re
+import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from reprokit import DISTRIBUTION
 from reprokit.errors import ReprokitError
-from reprokit.results import collect
+from reprokit.results import collect, store
 from reprokit.results.row import Row
-from reprokit.run import rundirs
+from reprokit.run import bounded, machinelock, rundirs, writelock
 from reprokit.run import session as sessions
+from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line
 
 EXPERIMENT = "reprokit"
 PARAM_LIMIT = 500  # MLflow's limit on a parameter's value
+KEY_LIMIT = 250  # and on a parameter's or a tag's name
+TAG_LIMIT = 5000  # and on a tag's value
+# The stores MLflow 3 serves, by the tracking URI's scheme (its file store, `file://` or a folder, is refused).
+SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+STORES = "sqlite:///path/to/mlflow.db, or an MLflow server (http://host:5000)"
+# Who runs an export: a RUNNING run of a live exporter is its run, not an interrupted one.
+OWNER_TAG = "reprokit.export.owner"
 
 
 def default_uri(results: Path) -> tuple[str, str]:
@@ -49,6 +68,83 @@ def artifact_location(tracking_uri: str) -> str | None:
         return None
     database = Path(tracking_uri[len(prefix) :])
     return (database.resolve().parent / "mlartifacts").as_uri()
+
+
+def check_uri(tracking_uri: str) -> str:
+    """A tracking URI the export can use, or one line naming the stores that work."""
+    scheme = urlsplit(tracking_uri).scheme.split("+")[0].lower()
+    # MLflow's own opt-in to its file store, which the user may have set.
+    opted_in = os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true" and scheme in ("", "file")
+    if scheme not in SCHEMES and not opted_in:
+        why = (
+            "MLflow 3 refuses its file store"
+            if scheme in ("", "file")
+            else f"no MLflow store speaks {scheme!r}"
+        )
+        raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: {why}; give {STORES}")
+    if scheme == "sqlite" and not tracking_uri.startswith("sqlite:///"):
+        raise ReprokitError(
+            f"--tracking-uri {line(tracking_uri)}: a SQLite store is sqlite:///path/to/mlflow.db"
+        )
+    return tracking_uri
+
+
+def _lock_file(tracking_uri: str) -> Path:
+    """Where exports to this store take turns: beside a SQLite file (every machine that writes it sees the
+    lock), else in this machine's lock folder, by the URI."""
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri[len("sqlite:///") :])
+        if not database.parent.is_dir():
+            raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: no folder {line(database.parent)}")
+        return database.parent / f".{database.name}.lock"
+    folder = machinelock.lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"reprokit-mlflow-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}.lock"
+
+
+def _key(name: str) -> str:
+    """A parameter's name as MLflow takes one (letters, digits, _ - . / and spaces; 250 at most)."""
+    return re.sub(r"[^\w\-. /]", "_", name, flags=re.ASCII)[:KEY_LIMIT]
+
+
+def _quoted(value: str) -> str | None:
+    """`value` as a string in an MLflow filter; None where no quote can hold it (MLflow's filters
+    have no escape: a name with both quote characters is matched by reading the runs instead)."""
+    for quote in ("'", '"'):
+        if quote not in value and not re.search(r"[\x00-\x1f]", value):
+            return f"{quote}{value}{quote}"
+    return None
+
+
+def _session_runs(client, experiment: str, session: str) -> list[Any]:
+    """The runs already logged for a session (any name it can have: an apostrophe, a newline)."""
+    quoted = _quoted(session)
+    if quoted is not None:
+        return list(client.search_runs([experiment], filter_string=f"tags.`reprokit.run.session` = {quoted}"))
+    found, token = [], None
+    while True:
+        page = client.search_runs([experiment], max_results=1000, page_token=token)
+        found += [r for r in page if r.data.tags.get("reprokit.run.session") == session]
+        token = page.token
+        if not token:
+            return found
+
+
+def _alive_here(owner: str | None) -> bool:
+    """Whether the export that owns a RUNNING run still runs: on this host, its process is there; an
+    owner on another host is taken as alive (nothing here can tell)."""
+    if not owner:
+        return False  # an export stopped (or of a kit before owners): left RUNNING, so interrupted
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _client(tracking_uri: str):
@@ -69,7 +165,8 @@ def _experiment(client, artifact_location: str | None) -> str:
 
 
 def _params(row: Row, cell: dict[str, Any]) -> dict[str, str]:
-    flat = {f"arg.{k}": v for k, v in (cell.get("args") or {}).items()}
+    args = cell.get("args") if isinstance(cell.get("args"), dict) else {}
+    flat = {_key(f"arg.{k}"): v for k, v in args.items()}
     flat.update(
         {
             k: getattr(row, k)
@@ -89,8 +186,8 @@ def _tags(row: Row, session: str) -> dict[str, str]:
         "reprokit.cell": str(row.cell_id),
         "reprokit.verdict": str(row.verdict),
     }
-    tags.update({f"provenance.{k}": str(v) for k, v in row.provenance.items() if v is not None})
-    return tags
+    tags.update({_key(f"provenance.{k}"): str(v) for k, v in row.provenance.items() if v is not None})
+    return {k: v[:TAG_LIMIT] for k, v in tags.items()}
 
 
 # The summary's numbers logged once per run (Row's fields), beside the per-step curves.
@@ -106,25 +203,13 @@ BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's limits per log
 GIT_COMMIT = "mlflow.source.git.commit"
 
 
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def _metrics(row: Row, steps: list[dict[str, str]], now_ms: int) -> list[Any]:
+def _metrics(row: Row, curves: dict[str, list[tuple[int, float]]], now_ms: int) -> list[Any]:
+    """The per-step curves (rundirs.curves: finite numbers, bounded) and the row's numbers."""
     from mlflow.entities import Metric
 
-    found = []
-    for step in steps:
-        number = _number(step.get("step"))
-        if number is None:
-            continue
-        for name in STEP_METRICS:
-            value = _number(step.get(name))
-            if value is not None:
-                found.append(Metric(name, value, now_ms, int(number)))
+    found = [
+        Metric(name, value, now_ms, step) for name in STEP_METRICS for step, value in curves.get(name, [])
+    ]
     for name in RESULT_METRICS:
         value = getattr(row, name)
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -145,26 +230,22 @@ def _log_batches(client, run_id: str, metrics: list[Any], params: list[Any], tag
         tags = tags[BATCH["tags"] :]
 
 
-def _steps(run_dir: Path) -> list[dict[str, str]]:
-    path = run_dir / rundirs.FILES["throughput"]
-    if not path.exists():
-        return []
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 @dataclass
 class Exported:
     uri: str
     made: list[str] = field(default_factory=list)
     # Runs an interrupted export had left unfinished, deleted before being made again.
     rolled_back: int = 0
+    # What was not read nor logged (a file the kit will not read, a link out of the results folder).
+    skipped: list[Malformed] = field(default_factory=list)
 
 
 def _store(session_dir: Path, tracking_uri: str | None) -> tuple[str, str | None]:
     if tracking_uri:
-        return tracking_uri, artifact_location(tracking_uri)
-    results = session_dir.resolve().parent
+        return check_uri(tracking_uri), artifact_location(tracking_uri)
+    # The results folder the session was found in (the session is inside it: session.find), never the
+    # folder a link would lead to.
+    results = session_dir.parent.resolve()
     if not os.access(results, os.W_OK):
         raise ReprokitError(
             f"the results folder {results} cannot be written, and the default MLflow store lives there "
@@ -174,48 +255,94 @@ def _store(session_dir: Path, tracking_uri: str | None) -> tuple[str, str | None
 
 
 def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
-    """Log the session; the runs made (none for cells already there) and those rolled back."""
-    table = collect.rows(session_dir)  # read, not written: the folder may be read-only
+    """Log the session; the runs made (none for cells already there), those rolled back, and what was
+    left out. Exports to one store take turns."""
+    read = collect.read(session_dir)  # read, not written: the folder may be read-only
     uri, artifacts = _store(session_dir, tracking_uri)
+    found = Exported(uri, skipped=read.skipped)
+    with writelock.held(_lock_file(uri), "an MLflow export"):
+        _export(session_dir, read.rows, uri, artifacts, found)
+    return found
+
+
+def _export(session_dir: Path, table: list[Row], uri: str, artifacts: str | None, found: Exported) -> None:
+    from mlflow.entities import Param
+
     client = _client(uri)
     experiment = _experiment(client, artifacts)
-    session = session_dir.name
-    found = Exported(uri)
+    # A name that is not UTF-8 is logged as its bytes escaped (MLflow holds text).
+    session = store.printable(session_dir.name)
+    root = session_dir.parent
+    owner = {OWNER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
     existing: dict[str, Any] = {}
-    for run in client.search_runs([experiment], filter_string=f"tags.`reprokit.run.session` = '{session}'"):
-        if run.info.status == "RUNNING":  # an export stopped before it terminated the run
+    for run in _session_runs(client, experiment, session):
+        if run.info.status != "RUNNING":
+            existing[run.data.tags.get("reprokit.cell")] = run
+        elif _alive_here(run.data.tags.get(OWNER_TAG)):
+            raise ReprokitError(
+                f"session {line(session)} is being exported to {uri} by {run.data.tags[OWNER_TAG]} "
+                f"(run {run.info.run_id} is RUNNING); export it again once that export ends (if it is gone, "
+                f"delete that run: mlflow runs delete --run-id {run.info.run_id})"
+            )
+        else:  # an export stopped before it terminated the run
             client.delete_run(run.info.run_id)
             found.rolled_back += 1
-        else:
-            existing[run.data.tags.get("reprokit.cell")] = run
     parent = existing.get(session)
     if parent is None:
         revisions = sorted({r.kit_revision for r in table if r.kit_revision})
-        parent_tags = {"reprokit.run.session": session, "reprokit.cell": session}
+        parent_tags = {"reprokit.run.session": session, "reprokit.cell": session, **owner}
         if len(revisions) == 1:  # the session's kit commit; a session resumed by another kit has none
             parent_tags[GIT_COMMIT] = revisions[0]
         parent = client.create_run(experiment, run_name=session, tags=parent_tags)
-        for name in (sessions.REPORT_HTML, sessions.REPORT_MD, sessions.RESULTS_CSV, sessions.SESSION_FILE):
-            if (session_dir / name).exists():
-                client.log_artifact(parent.info.run_id, str(session_dir / name))
-        client.set_terminated(parent.info.run_id)
+        with _released_if_stopped(client, parent.info.run_id):
+            for name in (
+                sessions.REPORT_HTML,
+                sessions.REPORT_MD,
+                sessions.RESULTS_CSV,
+                sessions.SESSION_FILE,
+            ):
+                path = session_dir / name
+                if not path.is_file():
+                    continue
+                try:
+                    bounded.check_inside(path, root)
+                except Malformed as exc:
+                    found.skipped.append(exc)
+                    continue
+                client.log_artifact(parent.info.run_id, str(path))
+            client.set_terminated(parent.info.run_id)
         found.made.append(parent.info.run_id)
     for row in table:
         if row.cell_id in existing or not row.run_dir:
             continue
         run_dir = session_dir / sessions.RUNS / row.run_dir
-        cell = rundirs.read_json(run_dir / rundirs.FILES["cell"]) or {}
-        from mlflow.entities import Param
-
-        tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id}
+        try:
+            cell = bounded.json_object(run_dir / rundirs.FILES["cell"], root) or {}
+            curves = rundirs.curves(run_dir, STEP_METRICS, root)
+        except Malformed as exc:
+            found.skipped.append(exc)
+            cell, curves = {}, {}
+        tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id, **owner}
         if row.kit_revision:
             tags[GIT_COMMIT] = row.kit_revision
         run = client.create_run(experiment, run_name=row.cell_id, tags=tags)
         run_id = run.info.run_id
-        params = [Param(key, value) for key, value in _params(row, cell).items()]
-        metrics = _metrics(row, _steps(run_dir), int(time.time() * 1000))
-        _log_batches(client, run_id, metrics, params, [])
-        # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
-        client.set_terminated(run_id, status="FINISHED" if row.status == "ok" else "FAILED")
+        with _released_if_stopped(client, run_id):
+            params = [Param(key, value) for key, value in _params(row, cell).items()]
+            metrics = _metrics(row, curves, int(time.time() * 1000))
+            _log_batches(client, run_id, metrics, params, [])
+            # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
+            client.set_terminated(run_id, status="FINISHED" if row.status == "ok" else "FAILED")
         found.made.append(run_id)
-    return found
+
+
+@contextlib.contextmanager
+def _released_if_stopped(client, run_id: str) -> Iterator[None]:
+    """An export stopped while a run is unfinished (Ctrl-C, an error) leaves it for the next export to
+    redo, and no longer holds it (the process may live on: a notebook, a test)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.delete_tag(run_id, OWNER_TAG)
+        raise

@@ -8,6 +8,7 @@ container ran on, not the container: machines.py).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,6 +20,8 @@ from reprokit.results.pages import Block
 from reprokit.results.plots import DPI, Plot
 from reprokit.results.row import Row
 from reprokit.run import files, session
+from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line as one_line
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
@@ -54,7 +57,8 @@ class Entry:
 @dataclass
 class History:
     rows: list[Entry]
-    skipped_line: str | None
+    # The sessions left out, each its file (or folder) and why: `skipped: <path>: <reason>`.
+    skipped: list[Malformed]
     sessions: int
 
 
@@ -85,7 +89,7 @@ def read(
                 continue
             mine.append(Entry(item.name, item.started, _utc(r.started_at), machines.name(r), r))
         table += sorted(mine, key=lambda e: (e.started_at or "", e.row.cell_id or ""))
-    return History(table, found.skipped_line(), len(found.sessions))
+    return History(table, found.skipped, len(found.sessions))
 
 
 def _series(mine: list[Entry]) -> dict[tuple[str, str, str], list[Entry]]:
@@ -114,6 +118,9 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     started (a date axis, so 5,000 sessions read as a line, and sessions on two machines interleave as
     they happened), from zero (a 2% step must not fill the height); returns the figure and how many
     series the legend leaves out."""
+    from reprokit.results.plots import matplotlib_safe
+
+    matplotlib_safe()  # a device or machine named `$\\foo{$` is a name, not math text
     from matplotlib import dates
     from matplotlib.figure import Figure
 
@@ -127,7 +134,8 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     rows = [e.row for e in mine]
     # Every session at a smoke scale: the title says so (a second line); a mix: the legend does.
     unjudged = unjudged_scale(rows) if all(r.scale not in (None, "published") for r in rows) else None
-    title = titled(f"{cell_id} over sessions", rows) if unjudged else f"{cell_id} over sessions"
+    heading = one_line(f"{cell_id} over sessions")  # controls shown, never drawn as boxes
+    title = titled(heading, rows) if unjudged else heading
     height = 3.6 + 0.22 * legend_rows + (0.2 if unjudged else 0.0)
     fig = Figure(figsize=(8, height), dpi=DPI)
     fig.subplots_adjust(left=0.1, right=0.97, top=1 - (0.42 + 0.2 * title.count("\n") + 0.2) / height,
@@ -139,7 +147,7 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
         xs = [e.session_started for e in points]
         ys = [e.row.measured_per_device for e in points]
         unjudged = scale != "published"
-        label = f"{device} on {machine}" + (f" ({scale} scale)" if unjudged else "")
+        label = one_line(f"{device} on {machine}") + (f" ({scale} scale)" if unjudged else "")
         # Thousands of sessions read as a band of points; a line through them would be a scribble.
         style = (
             {"linestyle": "none", "markersize": 2, "alpha": 0.6}
@@ -164,7 +172,7 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     )  # fmt: skip
     ax.set_ylim(0, (top or 1.0) * 1.12)
     ax.set_xlabel("session start (UTC)", fontsize=FONT)
-    ax.set_ylabel(f"{mine[0].row.unit or 'samples/s'} per device", fontsize=FONT)
+    ax.set_ylabel(one_line(f"{mine[0].row.unit or 'samples/s'} per device"), fontsize=FONT)
     ax.set_title(title, fontsize=TITLE_FONT)
     ax.tick_params(labelsize=FONT)
     ax.grid(alpha=0.3)
@@ -281,6 +289,8 @@ def table_text(table: list[Entry], width: int = CELL_WIDTH) -> str:
     measures every cell to lay them out)."""
 
     def cut(text: str) -> str:
+        # A newline in a folder's name must not split its row; no control reaches the terminal.
+        text = one_line(text)
         return text if len(text) <= width else text[: width - 1] + "…"
 
     cells = [[cut(_text(e.value(c))) for c in COLUMNS] for e in table]
@@ -324,7 +334,8 @@ def to_json(folder: Path, found: History) -> dict[str, Any]:
                 "step_time_p50_s": r.step_time_p50_s,
             }
         )  # fmt: skip
-    return {"results": str(folder), "sessions": found.sessions, "skipped": found.skipped_line, "rows": rows}
+    skipped = [{"path": os.fsdecode(s.path), "reason": s.reason} for s in found.skipped]
+    return {"results": str(folder), "sessions": found.sessions, "skipped": skipped, "rows": rows}
 
 
 def print_table(table: list[Entry]) -> None:

@@ -8,8 +8,12 @@ import base64
 import re
 from dataclasses import dataclass
 from html import escape
+from urllib.parse import quote
 
 from reprokit.results.plots import Plot
+from reprokit.textsafe import fence
+from reprokit.textsafe import lines as visible_lines
+from reprokit.textsafe import markdown as md
 
 
 @dataclass
@@ -29,24 +33,28 @@ class Block:
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md(text).replace("|", "\\|")
 
 
 def markdown(blocks: list[Block]) -> str:
+    """The blocks as Markdown. Text from recipes, folders and run files reaches the page as text: no raw
+    HTML, link or image of its own, controls shown escaped, a log that cannot close its code block."""
     lines: list[str] = []
     for block in blocks:
         if block.kind in ("h1", "h2", "h3"):
-            lines += ["#" * int(block.kind[1]) + " " + block.text, ""]
+            lines += ["#" * int(block.kind[1]) + " " + md(block.text), ""]
         elif block.kind == "p":
-            lines += [block.text, ""]
+            lines += [md(block.text), ""]
         elif block.kind == "note":
-            lines += [f"> {block.text}", ""]
+            lines += [f"> {md(block.text)}", ""]
         elif block.kind == "pre":
-            lines += ["```", block.text, "```", ""]
+            text = visible_lines(block.text)
+            bar = fence(text)
+            lines += [bar, text, bar, ""]
         elif block.kind == "plot" and block.plot is not None:
-            lines += [f"![{block.plot.title}]({block.plot.name})", ""]
+            lines += [f"![{md(block.plot.title)}]({quote(block.plot.name)})", ""]
         elif block.kind == "link":
-            lines += [f"[{block.text}]({block.href}){block.tail}", ""]
+            lines += [f"[{md(block.text)}]({quote(block.href)}){md(block.tail)}", ""]
         elif block.kind == "table":
             lines += _md_table(block)
         elif block.kind == "details":

@@ -3,23 +3,26 @@ each cell's measured window went (data wait, compute, communication, other), sam
 training curves, and the speedup ladder.
 
 matplotlib is imported only when a plot is drawn, so `inv --list` stays instant. The curves come
-from throughput.csv (the contract guarantees it); TensorBoard event files are read only where a
+from throughput.csv (the contract guarantees it; read bounded: rundirs.curves); TensorBoard event files are read only where a
 run has no throughput.csv, with TensorBoard's own loader (no torch, no TensorFlow), where the
 `tensorboard` package is installed; the caption names a run it could not read.
 """
 
 from __future__ import annotations
 
-import csv
+import functools
 import io
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from reprokit.results import explain, verdicts
 from reprokit.results.row import Row
-from reprokit.run import files, rundirs, session
+from reprokit.run import bounded, files, rundirs, session
+from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
@@ -79,21 +82,17 @@ def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points.items()) for tag, points in scalars.items()}
 
 
-def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """samples/s and loss per logging step: from throughput.csv, else from the event files."""
-    path = run_dir / rundirs.FILES["throughput"]
+def read_curves(run_dir: Path, root: Path | None = None) -> dict[str, list[tuple[int, float]]]:
+    """samples/s and loss per logging step: from throughput.csv (read through rundirs.curves: bounded,
+    Malformed for a file the kit will not read, a link out of the results folder `root` not followed),
+    else from the event files."""
     curves: dict[str, list[tuple[int, float]]] = {"samples_per_second": [], "loss": []}
-    if path.exists():
-        with open(path, newline="") as fh:
-            for record in csv.DictReader(fh):
-                for key in curves:
-                    step, value = _float(record.get("step")), _float(record.get(key))
-                    if step is not None and value is not None:
-                        curves[key].append((int(step), value))
-        return curves
+    if os.path.lexists(run_dir / rundirs.FILES["throughput"]):
+        return rundirs.curves(run_dir, tuple(curves), root)
     events = run_dir / rundirs.FILES["tensorboard"]
     if not events.is_dir() or not any(events.rglob("events.out.tfevents.*")):
         return curves
+    bounded.check_inside(events, root)
     scalars = read_scalars(events)
     for key in curves:
         # The kit's own tags first, then what the HF Trainer logs.
@@ -104,21 +103,21 @@ def read_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return curves
 
 
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Drawing
 
 
-def pyplot():
+def matplotlib_safe() -> None:
+    """matplotlib without a display, and with its math text off: a label is the text it holds (a device
+    named `$\\foo{$` is that name, not a formula that fails to parse and ends the report)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+
+
+def pyplot():
+    matplotlib_safe()
     import matplotlib.pyplot as plt
 
     return plt
@@ -128,8 +127,17 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
+# A plot drawn for a report being written: beside the session's images under a name of its own until
+# the report is written (install), so the report in place keeps every image it shows.
+NEW = ".new"
+# A row's words that the plots draw (labels, ticks, legends).
+DRAWN_TEXT = ("variant", "device_name", "device", "unit", "status")
+# The report's images, by the plot that makes them.
+PREFIXES = ("throughput-", "breakdown-", "energy-", "curves-", "ladder-")
+
+
 def save(fig: Any, session_dir: Path, name: str) -> Path:
-    path = session_dir / name
+    path = session_dir / f".{name}{NEW}"
     fig.tight_layout()
     # bbox "tight" keeps legends placed outside the axes inside the image. Drawn in memory and written
     # whole: a disk that fills mid-write leaves no broken PNG behind.
@@ -147,9 +155,10 @@ def unjudged_scale(rows: list[Row]) -> str | None:
 
 
 def titled(text: str, rows: list[Row]) -> str:
-    """A plot's title, saying when its rows are not comparable with the publication (the smoke scale)."""
+    """A plot's title, saying when its rows are not comparable with the publication (the smoke scale);
+    a control character in it (a recipe's name from a run file) shown escaped, never drawn as a box."""
     scale = unjudged_scale(rows)
-    return text + (f"\n({scale} scale: not comparable with the publication)" if scale else "")
+    return line(text) + (f"\n({scale} scale: not comparable with the publication)" if scale else "")
 
 
 def _title(ax: Any, text: str, rows: list[Row]) -> None:
@@ -317,17 +326,23 @@ def _unit(rows: list[Row]) -> str:
     return next((r.unit for r in rows if r.unit), "samples/s")
 
 
-def curves_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
-    """samples/s and loss per logging step, one line per variant."""
+def curves_plot(
+    session_dir: Path, recipe: str, rows: list[Row], skipped: list[Malformed] | None = None
+) -> Plot | None:
+    """samples/s and loss per logging step, one line per variant (a throughput.csv the kit will not read
+    is left out, and added to `skipped`)."""
     curves, unread = {}, []
     for r in rows:
         if not r.run_dir:
             continue
         label = r.variant if r.status == "ok" else f"{r.variant} ({r.status})"
         try:
-            curves[label] = read_curves(session_dir / session.RUNS / r.run_dir)
+            curves[label] = read_curves(session_dir / session.RUNS / r.run_dir, session_dir.parent)
         except NoTensorBoard:
             unread.append(str(label))
+        except Malformed as exc:
+            if skipped is not None:
+                skipped.append(exc)
     curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
     if not curves:
         return None
@@ -404,17 +419,42 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     return Plot(recipe, name, f"{recipe}: speedup ladder", caption, save(fig, session_dir, name))
 
 
-def draw(session_dir: Path, table: list[Row]) -> list[Plot]:
-    """Every plot of a session, written as PNG files into its folder (old ones removed first)."""
-    for old in session_dir.glob("*.png"):
-        if old.name.startswith(("throughput-", "breakdown-", "energy-", "curves-", "ladder-")):
-            old.unlink()
+def draw(session_dir: Path, table: list[Row], skipped: list[Malformed] | None = None) -> list[Plot]:
+    """Every plot of a session, drawn beside its images under names of their own (`install` puts them
+    in place once the report that shows them is written); a file left out is added to `skipped`."""
+    for stale in session_dir.glob(f".*.png{NEW}"):  # a report killed before (the session's lock is ours)
+        stale.unlink(missing_ok=True)
     plots: list[Plot] = []
     recipes = list(dict.fromkeys(r.recipe for r in table if r.recipe))
+    curves = functools.partial(curves_plot, skipped=skipped)
     for recipe in recipes:
-        rows = [r for r in table if r.recipe == recipe]
-        for maker in (throughput_plot, breakdown_plot, energy_plot, ladder_plot, curves_plot):
+        # Words from the run files drawn as text: no control character reaches a label (a box, a warning).
+        rows = [
+            replace(r, **{k: line(getattr(r, k)) for k in DRAWN_TEXT if getattr(r, k) is not None})
+            for r in table
+            if r.recipe == recipe
+        ]
+        for maker in (throughput_plot, breakdown_plot, energy_plot, ladder_plot, curves):
             plot = maker(session_dir, recipe, rows)
             if plot is not None:
                 plots.append(plot)
     return plots
+
+
+def install(session_dir: Path, drawn: list[Plot]) -> list[Plot]:
+    """The drawn plots put in place of the images of the same name (each replaced whole, never removed
+    first); the images no plot replaced stay until `remove_old`."""
+    placed = []
+    for plot in drawn:
+        final = session_dir / plot.name
+        os.replace(plot.path, final)
+        placed.append(replace(plot, path=final))
+    return placed
+
+
+def remove_old(session_dir: Path, kept: list[Plot]) -> None:
+    """The report's images that the report now written does not show."""
+    names = {p.name for p in kept}
+    for old in session_dir.glob("*.png"):
+        if old.name.startswith(PREFIXES) and old.name not in names:
+            old.unlink(missing_ok=True)

@@ -7,7 +7,7 @@ The Markdown and the HTML are rendered from the same list of blocks, so they can
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 
@@ -17,7 +17,8 @@ from reprokit.results import collect, explain, formats, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.results.row import Row
-from reprokit.run import files, session
+from reprokit.run import files, session, writelock
+from reprokit.run.bounded import Malformed
 
 # ---------------------------------------------------------------------------------------------
 # Content, as blocks both renderers understand
@@ -208,7 +209,10 @@ def container_phrase(container: str | None) -> str:
 
 
 def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block]:
-    plan = session.stored(session_dir)
+    try:
+        plan = session.stored(session_dir, session_dir.parent)
+    except Malformed:  # said by collect: the report goes on without the plan's words
+        plan = {}
     scales = sorted({r.scale or "-" for r in table}) or ["-"]
     accelerators = sorted({r.accelerator or "-" for r in table}) or ["-"]
     devices = sorted({r.device_name for r in table if r.device_name})
@@ -327,21 +331,32 @@ class Written:
     html: Path
     plots: list[Plot]
     table: list[Row]
+    # What was left out (a file the kit will not read, and why): `skipped: <path>: <reason>` each.
+    skipped: list[Malformed] = field(default_factory=list)
 
 
 def write(session_dir: Path) -> Written:
-    """Collect the session, draw its plots, and write report.md and report.html next to them."""
+    """Collect the session, draw its plots, and write report.md and report.html next to them, holding
+    the session's writers' lock (a report or collect started beside it waits). The report in place
+    keeps its images until the new one is written: the new plots are drawn under names of their own,
+    put in place of the old ones, then the report is written, and only then are images it no longer
+    shows removed; a report killed at any moment leaves a report whose images are all there."""
     from reprokit.results import plots as plotting
 
-    table = collect.collect(session_dir)
-    try:
-        drawn = plotting.draw(session_dir, table)
-    except OSError as exc:
-        # A disk that fills while drawing: the report without its plots rather than none.
-        if not files.is_storage_failure(exc):
-            raise
-        drawn = []
-    md_path, html_path = session_dir / session.REPORT_MD, session_dir / session.REPORT_HTML
-    files.write_text(md_path, markdown(session_dir, table, drawn))
-    files.write_text(html_path, to_html(session_dir, table, drawn))
-    return Written(md_path, html_path, drawn, table)
+    with writelock.session(session_dir, "a report"):
+        found = collect.collect(session_dir)
+        table = found.rows
+        try:
+            drawn = plotting.draw(session_dir, table, found.skipped)
+        except OSError as exc:
+            # A disk that fills while drawing: the report without its plots rather than none.
+            if not files.is_storage_failure(exc):
+                raise
+            drawn = []
+        md_path, html_path = session_dir / session.REPORT_MD, session_dir / session.REPORT_HTML
+        md_text, html_text = markdown(session_dir, table, drawn), to_html(session_dir, table, drawn)
+        drawn = plotting.install(session_dir, drawn)
+        files.write_text(md_path, md_text)
+        files.write_text(html_path, html_text)
+        plotting.remove_old(session_dir, drawn)
+    return Written(md_path, html_path, drawn, table, found.skipped)

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import types
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from reprokit.plan.definitions import DEFINITIONS
 from reprokit.results import verdicts
@@ -123,7 +126,8 @@ class Row:
     # A series of runs (--repeat N): each run's cell id, status, figures and error.
     repetitions: list[dict[str, Any]] = field(default_factory=list)
     speedup_definition: str | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
+    # Where, on what, with what (collect.provenance): one level of values, for a table and a diff.
+    provenance: dict[str, str | int | float | bool | None] = field(default_factory=dict)
     baseline: bool = False
     title: str | None = None
     references: list[dict[str, Any]] = field(default_factory=list)
@@ -170,10 +174,15 @@ class Row:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Row:
         """A row of a results.jsonl any kit wrote: keys this kit does not know are left out, keys it
-        lacks take their defaults, and a null list or mapping is empty."""
+        lacks take their defaults, and a null list or mapping is empty. A value of another type than
+        its field's (text where a number goes, a number that is not finite) is a ValueError naming it."""
         # Keyed by the fields' own name objects: keyword arguments match them by identity (a JSON key is
         # a new string, matched by comparing text with each field name in turn: 3x slower).
         known = {_NAMES[k]: v for k, v in data.items() if k in _NAMES and not (v is None and k in CONTAINERS)}
+        for key, value in known.items():
+            fits, what = _CHECKS[key]
+            if not fits(value):
+                raise ValueError(f"{key} is {_short(value)}, not {what}")
         if "departures" in known:
             known["departures"] = [_departure(d) for d in known["departures"] or []]
         return cls(**known)
@@ -190,6 +199,47 @@ def measured_columns(measurements: dict[str, float | None]) -> dict[str, float |
 
 
 _TYPES = get_type_hints(Row)
+
+
+def _check(hint: Any) -> tuple[Callable[[Any], bool], str]:
+    """(does a JSON value fit `hint`, what fits in words): results.jsonl's schema, from Row's fields."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any or hint is Departure:  # departures: validated as they are made (a reason, or a record)
+        return (lambda v: True), "anything"
+    if origin in (Union, types.UnionType):
+        parts = [_check(a) for a in args if a is not type(None)]
+        tests = [t for t, _ in parts]
+        nullable = type(None) in args
+        return (lambda v: (nullable and v is None) or any(t(v) for t in tests)), " or ".join(
+            w for _, w in parts
+        )
+    if hint is bool:
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if hint is int:
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "a whole number"
+    if hint is float:
+        return (
+            lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        ), "a finite number"
+    if hint is str:
+        return (lambda v: isinstance(v, str)), "text"
+    if origin is list:
+        item, _ = _check(args[0])
+        return (lambda v: isinstance(v, list) and all(item(x) for x in v)), "a list"
+    if origin is dict:
+        value, what = _check(args[1])
+        return (
+            lambda v: isinstance(v, dict) and all(isinstance(k, str) and value(x) for k, x in v.items())
+        ), f"a mapping of {what}"
+    raise TypeError(f"no JSON check for {hint}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+_CHECKS = {name: _check(hint) for name, hint in _TYPES.items()}
 COLUMNS: list[str] = [f.name for f in fields(Row) if f.metadata.get(CSV)]
 # The columns that hold a number (or nothing): a results.jsonl with text there is not a kit's.
 NUMBERS = frozenset(c for c in COLUMNS if _TYPES[c] in (int | None, float | None))

@@ -4,11 +4,11 @@ the published ones, the verdicts, the speedups, and the cells that did not compl
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from reprokit.results import formats, verdicts
 from reprokit.results.row import Row
+from reprokit.textsafe import line, markup
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",
@@ -34,7 +34,7 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
         console = Console()
         if not console.is_terminal:  # a log file or a pipe: wide enough that cell ids stay whole
             console = Console(width=140)
-    units = sorted({r.unit for r in table if r.unit})
+    units = sorted({markup(r.unit) for r in table if r.unit})
     view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
     scaling = any(r.scaling_efficiency is not None for r in table)
     for header in [*HEADERS, *(["scaling efficiency"] if scaling else [])]:
@@ -42,27 +42,28 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
             header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
         )
     for r in table:
-        verdict = formats.verdict(r)
+        # Every word from a run's files (a cell id, a departure's reason) is text, never markup or a control.
+        verdict = markup(formats.verdict(r))
         style = VERDICT_STYLES.get(r.verdict or "-", "")
         view.add_row(
-            escape(r.cell_id or "-"),
-            f"[{'green' if r.status == 'ok' else 'red'}]{r.status or '-'}[/]",
+            markup(r.cell_id or "-"),
+            f"[{'green' if r.status == 'ok' else 'red'}]{markup(r.status or '-')}[/]",
             formats.number(r.measured_per_device),
             formats.number(r.reference_per_device),
             formats.ratio(r.ratio_per_device),
             f"[{style}]{verdict}[/]" if style else verdict,
-            _speedup(r),
+            markup(_speedup(r)),
             *([formats.number(r.scaling_efficiency)] if scaling else []),
         )
     notes = sorted(
         {r.normalization for r in table if r.normalization and r.normalization.startswith("per device")}
     )
     if notes:
-        view.caption = "compared " + "; ".join(notes)  # says when device counts differ
+        view.caption = markup("compared " + "; ".join(notes))  # says when device counts differ
     console.print(view)
     for r in table:
         if r.status != "ok":
-            what = escape(f"{r.cell_id}: {r.error or '-'}")
-            console.print(f"[red]{r.status}[/red] {what}")
-            for line in (r.log_tail or [])[-5:]:
-                console.print(f"    {line}", style="dim", markup=False, highlight=False)
+            what = markup(f"{r.cell_id}: {r.error or '-'}")
+            console.print(f"[red]{markup(r.status)}[/red] {what}")
+            for text in (r.log_tail or [])[-5:]:
+                console.print(f"    {line(text)}", style="dim", markup=False, highlight=False)

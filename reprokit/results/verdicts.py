@@ -15,6 +15,7 @@ table, `make bench-gpu`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,18 @@ NO_REFERENCE, NOT_COMPARABLE, NO_RESULT = "no reference", "not comparable", "no 
 # number is read as a speedup over the published variant it goes beyond.
 BEYOND = "beyond the publication"
 STEADY = "after_warmup"
+
+
+def not_a_rate(value: Any) -> str | None:
+    """Why a measured rate cannot be judged (`not finite`: NaN or infinite, `not positive`: 0 or
+    below); None for a rate above 0. A broken meter's number is never a verdict."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "not a number"
+    if not math.isfinite(value):
+        return "not finite"
+    return None if value > 0 else "not positive"
 
 
 def total_devices(reference: dict[str, Any]) -> int:
@@ -160,21 +173,30 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
     summary = record.summary
     ok = record.status == "ok" and summary is not None
     measurements = {d: (summary.measured(d) if ok else None) for d in DEFINITIONS}
+    # A figure that is not a rate (NaN, infinite, 0, below 0) is not shown as measured, and no verdict
+    # rests on it: the run's meter failed, and the cell says so.
+    broken = {d: v for d, v in measurements.items() if not_a_rate(v)}
+    measurements.update(dict.fromkeys(broken))
     reference = reference_for(record.cell.references, device, world, nodes)
     definition = (reference or {}).get("definition") or (STEADY if reference is None else None)
     if reference is not None and definition is None:  # a version-1 cell.json: its references had none
         definition = STEADY
     measured = measurements.get(definition) if definition else None
-    found = departures(record)
+    found = departures(record) + [
+        Departure(reason=f"throughput {not_a_rate(v)} ({d}: {v})", kind=THROUGHPUT) for d, v in broken.items()
+    ]
     steps = record.cell.args.get(record.cell.roles.get("max_steps", ""))
     reasons = blocking(found) + length_reasons(steps, definition)
     if ok and reference is not None and measured is None:
-        reasons.append(f"the run recorded no {definition} figure")
+        if definition not in broken:
+            reasons.append(f"the run recorded no {definition} figure")
         measured = measurements.get(STEADY)
     ref_per_device = per_device(reference)
     mine = measured / world if measured is not None else None
     tolerance = float(record.cell.tolerance or 0.10)
     ratio, outcome, why = judge_value(mine, ref_per_device, tolerance, reasons, record.cell.beyond)
+    if broken:
+        ratio, outcome, why = None, NOT_COMPARABLE, reasons
     return Judgement(
         definition=definition,
         measured=measured,

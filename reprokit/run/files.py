@@ -20,8 +20,20 @@ SCRIPT_MODE = 0o755
 # The umask bits the kit always adds: no file it (or a trainer it starts) writes is group- or
 # other-writable, even under umask 000.
 NO_SHARED_WRITE = 0o022
-# Failures of the storage rather than of the kit: retrying the next cell on it would fail alike.
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+# Failures of the storage rather than of the kit: retrying the next cell on it would fail alike. A
+# folder where the kit writes a file (results.jsonl made a folder by hand) is one too: said, not fixed.
+STORAGE_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EIO,
+        errno.EISDIR,
+        errno.ENOTDIR,
+    }
+)
 
 
 class StorageFailed(ReprokitError):

@@ -82,6 +82,8 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         stopped, outcomes = str(exc), exc.outcomes
     written = _results(session_dir, report.write)
     if written is not None:
+        for skipped in written.skipped:
+            console.print(skipped.skipped(), markup=False, highlight=False)
         terminal.print_table(written.table)
         console.print(
             f"Report: {written.html} ({written.markdown.name})\n"

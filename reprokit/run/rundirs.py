@@ -6,14 +6,17 @@ runtime writes one with the failure and the log tail, keeping whatever the train
 
 from __future__ import annotations
 
-import json
+import csv
+import io
+import math
 import os
 import signal
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reprokit.run import files
+from reprokit.run import bounded, files
+from reprokit.run.bounded import Malformed
 from reprokit.trainers import contract
 
 LOG_TAIL_LINES = 30
@@ -22,13 +25,13 @@ FILES: dict[str, str] = contract()["files"]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from `path`; None when it is missing, unreadable, not UTF-8, not JSON or not an
-    object (a file another program or a full disk left there must not stop a table)."""
+    """A JSON object from `path`; None when it is missing, or not a JSON object the bounded reader
+    takes (too large or deep, not UTF-8, not JSON): the run side's view, where such a file is one no
+    trainer finished. The results side reads through bounded.py and names what it skips."""
     try:
-        found = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError):
+        return bounded.json_object(path)
+    except Malformed:
         return None
-    return found if isinstance(found, dict) else None
 
 
 def summary(run_dir: Path) -> dict[str, Any] | None:
@@ -168,6 +171,49 @@ class ThroughputTail:
 
 def _fields(line: bytes) -> list[str]:
     return line.decode("utf-8", errors="replace").rstrip("\r\n").split(",")
+
+
+def curves(
+    run_dir: Path, columns: tuple[str, ...] = ("samples_per_second", "loss"), root: Path | None = None
+) -> dict[str, list[tuple[int, float]]]:
+    """throughput.csv's `columns` per logged step: (step, value) where the value is a finite number
+    (a NaN loss is a diverged step, not a point). Read bounded (run/bounded.py): Malformed for a file
+    the kit will not read (too large, not UTF-8, a link out of `root`, no step column, a row whose step
+    is not a step or whose value is not a number); a last row cut short (a trainer killed mid-write) is
+    left out."""
+    path = run_dir / FILES["throughput"]
+    found: dict[str, list[tuple[int, float]]] = {name: [] for name in columns}
+    data = bounded.read_bytes(path, root, bounded.MAX_LINES_BYTES)
+    if not data:
+        return found
+    text = bounded.text(data, path)
+    if "\x00" in text:  # no trainer writes one: a disk's or a copy's damage
+        raise Malformed(path, f"holds a NUL byte (offset {text.index(chr(0))})")
+    lines = text.split("\n")
+    cut = not text.endswith("\n")
+    try:
+        header = next(csv.reader([lines[0]]))
+        if "step" not in header:
+            raise Malformed(path, f"its header has no step column ({bounded.line(lines[0][:60])})")
+        records = enumerate(csv.reader(io.StringIO("\n".join(lines[1:]))), 2)
+        for number, fields in records:
+            if not fields:
+                continue
+            record = dict(zip(header, fields, strict=False))
+            try:
+                step = int(record.get("step") or "")
+                values = {name: float(record[name]) if record.get(name) else None for name in columns}
+            except ValueError:
+                if cut and number == len(lines):
+                    break
+                shown = bounded.line(",".join(fields)[:60])
+                raise Malformed(path, f"line {number} is not a row of numbers ({shown})") from None
+            for name, value in values.items():
+                if value is not None and math.isfinite(value):
+                    found[name].append((step, value))
+    except csv.Error as exc:
+        raise Malformed(path, f"not CSV ({exc})") from None
+    return found
 
 
 def latest_step(run_dir: Path) -> dict[str, str] | None:

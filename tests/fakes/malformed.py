@@ -1,0 +1,303 @@
+"""Malformed sessions, generated: copies of a good session each broken in one way a results folder
+meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
+UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large), for the
+store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUN_FILES = ("cell.json", "sysinfo.json", "summary.json", "throughput.csv")
+SESSION_FILES = ("session.json", "results.jsonl")
+# What each JSON file holds that the kit reads, and values of another type for each.
+WRONG_TYPES: dict[str, dict[str, list[Any]]] = {
+    "session.json": {
+        "created_at": [5, [], {"at": 1}, True],
+        "cells": ["abc", 7, {"cell_id": "x"}, [7], [{"id": "x"}], [{"cell_id": 5}]],
+        "resumed_at": ["2025-01-01", [5]],
+        "request": ["all", [1]],
+    },
+    "results.jsonl": {
+        "measured_per_device": ["fast", [1], {"v": 1}, True],
+        "cell_id": [[1], 5, {"x": 1}],
+        "provenance": [{"hostname": {}}, {"hostname": [1]}, "host"],
+        "departures": [[{"reason": 5}], [{"reason": "x", "kind": "other"}], "synthetic data", [7]],
+        "started_at": [12, ["x"]],
+        "repeats": ["3", 2.5],
+        "references": ["h100", [1]],
+    },
+    "cell.json": {
+        "cell_id": [5, ["x"]],
+        "devices": [0, -1, "eight", 1.5],
+        "tolerance": ["ten", -0.5, 1e9, None],
+        "references": [
+            "h100",
+            [{"device": "h100", "value": "fast"}],
+            [{"device": "h100", "value": -5}],
+            [{"value": 3}],
+        ],
+        "roles": [{"switches": []}, {"switches": {"a": {"label": "x"}}}, {"max_steps": 5}],
+        "series_id": [["x"], {"a": 1}],
+        "args": ["--lr 1", [1]],
+    },
+    "sysinfo.json": {
+        "device_name": [5, ["H100"]],
+        "world_size": [0, -8, "eight"],
+        "hostname": [{"h": 1}, [1]],
+        "hardware": ["big", [1]],
+        "versions": [{"torch": {"v": 2}}, "2.5"],
+        "started_at": [1735700000, ["x"]],
+    },
+    "summary.json": {
+        "schema_version": ["three", 3.5, None],
+        "status": [5, ["ok"]],
+        "throughput": [{"after_warmup": {"value": "fast"}}, {"after_warmup": 5}, "fast"],
+        "departures": ["synthetic data", [{"reason": "x", "kind": "nothing"}], [5]],
+        "world_size": [0, "many"],
+        "mfu": ["high", [0.3]],
+        "log_tail": ["line", [1, 2]],
+        "breakdown": ["most", {"compute": "most"}],
+    },
+}
+DATES = {
+    "session.json": ["created_at"],
+    "results.jsonl": ["started_at", "finished_at"],
+    "sysinfo.json": ["started_at"],
+    "summary.json": ["finished_at"],
+}
+BAD_DATES = ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00", "1969-12-31T23:59:59Z", "yesterday",
+             "2025-13-45T99:99:99", "2025-01-01T10:00:00+25:00", ""]  # fmt: skip
+NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
+NOT_RATES = [*NOT_FINITE, 0.0, -0.0, -12.5]
+# Text that is no file's damage but reaches outputs: controls, rich markup, math text, HTML.
+HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "<script>alert(1)</script>",
+                "<img src=x onerror=alert(1)>", "a\nb", "it's \"quoted\"", "\u202eevil", "\x00nul"]  # fmt: skip
+
+
+@dataclass
+class Case:
+    """One broken session: its folder, the file (or folder) its damage is in, how it was broken, and
+    what the kit must say of it: `skipped` (that file named in a skipped line, its session or cell
+    left out) or `not comparable` (a figure that is not a rate: the cell is not judged)."""
+
+    folder: Path
+    path: Path
+    how: str
+    expect: str = "skipped"
+    kind: str = ""
+
+    @property
+    def in_run(self) -> bool:
+        return self.path.name in RUN_FILES or self.path.parent.parent.name == "runs"
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _set_json(path: Path, key: str, value: Any) -> None:
+    if path.name == "results.jsonl":
+        lines = path.read_text().splitlines()
+        row = json.loads(lines[0])
+        row[key] = value
+        lines[0] = json.dumps(row)
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        found = _json(path)
+        found[key] = value
+        path.write_text(json.dumps(found))
+
+
+def _raw_value(path: Path, key: str, raw: str) -> None:
+    """Set `key` to raw JSON text (NaN, 100,000 levels: what json.dumps would not write)."""
+    marker = "__RAW__"
+    _set_json(path, key, marker)
+    path.write_text(path.read_text().replace(f'"{marker}"', raw, 1))
+
+
+class Breaker:
+    """Breaks copies of a good session, one way each, chosen by a seeded random generator."""
+
+    def __init__(self, template: Path, results: Path, outside: Path, seed: int) -> None:
+        self.template, self.results, self.outside = template, results, outside
+        self.rng = random.Random(seed)
+        self.count = 0
+        outside.mkdir(parents=True, exist_ok=True)
+
+    def _copy(self) -> Path:
+        self.count += 1
+        folder = self.results / f"bad{self.count:03d}"
+        shutil.copytree(self.template, folder, symlinks=True)
+        return folder
+
+    def _target(self, folder: Path, names: tuple[str, ...]) -> Path:
+        name = self.rng.choice(names)
+        if name in RUN_FILES:
+            cell = self.rng.choice(sorted(p.name for p in (folder / "runs").iterdir()))
+            return folder / "runs" / cell / name
+        return folder / name
+
+    def wrong_type(self) -> Case:
+        folder = self._copy()
+        path = self._target(folder, tuple(WRONG_TYPES))
+        key = self.rng.choice(sorted(WRONG_TYPES[path.name]))
+        value = self.rng.choice(WRONG_TYPES[path.name][key])
+        _set_json(path, key, value)
+        return Case(folder, path, f"{path.name} {key}={value!r}")
+
+    def deep(self) -> Case:
+        folder = self._copy()
+        path = self._target(
+            folder, ("session.json", "results.jsonl", "cell.json", "sysinfo.json", "summary.json")
+        )
+        depth = self.rng.choice([65, 1000, 100_000])
+        _raw_value(path, "nested", _nested(depth))
+        return Case(folder, path, f"{path.name} nested {depth} deep")
+
+    def bad_date(self) -> Case:
+        folder = self._copy()
+        path = self._target(folder, tuple(DATES))
+        key, value = self.rng.choice(DATES[path.name]), self.rng.choice(BAD_DATES)
+        _set_json(path, key, value)
+        return Case(folder, path, f"{path.name} {key}={value!r}")
+
+    def bad_bytes(self) -> Case:
+        folder = self._copy()
+        path = self._target(folder, (*SESSION_FILES, *RUN_FILES))
+        data = path.read_bytes()
+        how = self.rng.choice(["not utf-8", "utf-16", "nul", "latin-1", "truncated", "empty", "surrogate"])
+        if how == "not utf-8":
+            data = b"\xff\xfe" + data
+        elif how == "utf-16":
+            data = data.decode().encode("utf-16")
+        elif how == "nul":
+            data = data[: len(data) // 2] + b"\x00" + data[len(data) // 2 :]
+        elif how == "latin-1":
+            data = data.replace(b'"', b'"caf\xe9', 1) if path.suffix != ".csv" else data + b"caf\xe9,1\n"
+        elif how == "truncated":
+            data = data[: len(data) // 2]
+        elif how == "empty":
+            data = b""
+        elif path.suffix in (".json", ".jsonl"):
+            data = data.replace(b'"', b'"\\udc80', 1)
+        else:
+            data = data + b"\\udc80,1,2,3\n"
+        path.write_bytes(data)
+        # An empty throughput.csv (a trainer that never logged a step) or one cut mid-row (killed while
+        # writing) is what a run leaves: read as far as it goes, nothing to name.
+        expect = "tolerated" if path.name == "throughput.csv" and how in ("empty", "truncated") else "skipped"
+        if path.name == "results.jsonl" and how == "empty":
+            expect = "tolerated"  # a session with no cell collects to an empty results.jsonl
+        return Case(folder, path, f"{path.name}: {how}", expect)
+
+    def link(self) -> Case:
+        folder = self._copy()
+        how = self.rng.choice(["out", "loop", "device", "folder", "fifo", "nowhere", "session out"])
+        if how == "session out":
+            shutil.move(folder, self.outside / folder.name)
+            folder.symlink_to(self.outside / folder.name)
+            return Case(folder, folder, "the session folder links out")
+        path = self._target(folder, (*SESSION_FILES, *RUN_FILES))
+        copy = self.outside / f"{folder.name}-{path.name}"
+        shutil.copyfile(path, copy)
+        path.unlink()
+        if how == "out":
+            path.symlink_to(copy)
+        elif how == "loop":
+            path.symlink_to(path)
+        elif how == "device":
+            path.symlink_to("/dev/zero")
+        elif how == "folder":
+            path.mkdir()
+        elif how == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(self.outside / "nothing-here")
+        return Case(folder, path, f"{path.name}: a {how} link")
+
+    def not_finite(self) -> Case:
+        folder = self._copy()
+        path = self._target(folder, ("results.jsonl", "summary.json"))
+        value = self.rng.choice(NOT_RATES if path.name == "summary.json" else NOT_FINITE)
+        raw = json.dumps(value)  # NaN, Infinity, -Infinity, 0.0, -0.0
+        if path.name == "results.jsonl":
+            _raw_value(path, "measured_per_device", raw)
+            return Case(folder, path, f"results.jsonl measured_per_device={raw}")
+        summary = _json(path)
+        if self.rng.random() < 0.5:
+            summary["throughput"]["after_warmup"]["value"] = value
+            summary["throughput"]["whole_run"]["value"] = value
+            path.write_text(json.dumps(summary))
+            return Case(folder, path, f"summary.json throughput={raw}", "not comparable")
+        key = self.rng.choice(["samples_per_joule", "mfu", "energy_joules", "train_runtime_s"])
+        summary[key] = value if value != 0 else -1.0
+        path.write_text(json.dumps(summary))
+        return Case(folder, path, f"summary.json {key}={summary[key]!r}")
+
+    def too_large(self, limit: int) -> Case:
+        folder = self._copy()
+        path = self._target(folder, ("session.json", "cell.json", "sysinfo.json", "summary.json"))
+        _set_json(path, "padding", "x" * (limit + 10))
+        return Case(folder, path, f"{path.name} larger than {limit} bytes")
+
+    def folder(self) -> Case:
+        how = self.rng.choice(["not utf-8", "empty", "not collected", "loop", "nowhere"])
+        self.count += 1
+        name = f"bad{self.count:03d}"
+        if how == "not utf-8":
+            folder = Path(os.fsdecode(os.fsencode(self.results) + f"/{name}\xff".encode("latin-1")))
+            shutil.copytree(self.template, folder)
+        elif how == "empty":
+            folder = self.results / name
+            folder.mkdir()
+        elif how == "not collected":
+            folder = self.results / name
+            shutil.copytree(self.template, folder)
+            (folder / "results.jsonl").unlink()
+        elif how == "loop":
+            folder = self.results / name
+            folder.symlink_to(folder)
+        else:
+            folder = self.results / name
+            folder.symlink_to(self.outside / "no-session-here")
+        return Case(folder, folder, f"folder: {how}")
+
+    def hostile_text(self) -> Case:
+        """No damage: words that must reach every output as text (a cell id, a device, a host)."""
+        folder = self._copy()
+        text = self.rng.choice(HOSTILE_TEXT)
+        cell = self.rng.choice(sorted(p.name for p in (folder / "runs").iterdir()))
+        run_dir = folder / "runs" / cell
+        key = self.rng.choice(["device_name", "hostname", "cell_id"])
+        if key == "cell_id":
+            _set_json(run_dir / "cell.json", "cell_id", f"{cell}{text}")
+            _set_json(run_dir / "cell.json", "series_id", f"{cell}{text}")
+        else:
+            _set_json(run_dir / "sysinfo.json", key, text)
+        return Case(folder, run_dir, f"{key} {text!r}", "shown")
+
+    def make(self, count: int, limit: int) -> list[Case]:
+        makers = {"wrong type": self.wrong_type, "deep": self.deep, "date": self.bad_date, "bytes": self.bad_bytes,
+                  "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
+                  "too large": lambda: self.too_large(limit)}  # fmt: skip
+        # Every kind at least once, then at random (types and bytes twice as often: the most ways to go wrong).
+        kinds = [
+            *makers,
+            *(self.rng.choice([*makers, "wrong type", "bytes"]) for _ in range(count - len(makers))),
+        ]
+        cases = []
+        for kind in kinds:
+            case = makers[kind]()
+            case.kind = kind
+            cases.append(case)
+        return cases
