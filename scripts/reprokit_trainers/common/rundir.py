@@ -47,6 +47,7 @@ from .energy import EnergyMeter
 from .machineload import LoadWatch
 from .mllog import END, START, MlLog, wall_ms
 from .profiling import StepProfiler
+from .stalls import StallWatch
 
 
 def now_iso() -> str:
@@ -162,6 +163,8 @@ class ThroughputMeter:
     _interval_samples: int = 0
     _interval_start: float | None = None
     breakdown: Breakdown = field(default_factory=Breakdown)
+    # Steps of the measured window many times the median one (a stopped process, a stalled read).
+    stalls: StallWatch = field(default_factory=StallWatch)
     energy: EnergyMeter | None = None
     profiler: StepProfiler | None = None
 
@@ -181,6 +184,7 @@ class ThroughputMeter:
             self.first_step_samples = global_samples
         if self.steps > self.warmup_steps:
             self.measured_samples += global_samples
+        self.stalls.step(self.steps, time.perf_counter(), measured=self.steps > self.warmup_steps)
         self.breakdown.step_end(measured=self.steps > self.warmup_steps)
         if self.profiler is not None:
             self.profiler.step()
@@ -197,6 +201,7 @@ class ThroughputMeter:
         if self.steps == self.warmup_steps:
             # The steady-state clock starts at the end of the last warm-up step.
             self.measured_start = now
+            self.stalls.restart(now)
         self.last_time = now
         self.marked_steps = self.steps
         self.marked_samples = self.samples
@@ -481,6 +486,10 @@ class RunDir:
             profiled = meter.profiler.departure(meter.warmup_steps + 1, meter.marked_steps)
             if profiled:
                 self.depart(profiled, THROUGHPUT)
+        steady = meter.after_warmup()
+        stalled = meter.stalls.departure(steady["seconds"] if steady else None)
+        if stalled:
+            self.depart(stalled, THROUGHPUT)
         peak_bytes, peak_of = peak_memory()
         figures = {"after_warmup": meter.after_warmup(), "whole_run": meter.whole_run(), **(throughput or {})}
         summary: dict[str, Any] = {
@@ -500,6 +509,7 @@ class RunDir:
             "peak_memory_bytes": peak_bytes,
             "peak_memory_of": peak_of,
             "machine_load": load,
+            "stalls": meter.stalls.summary(),
             # What the device saw the process hold, the allocator's peak and all it does not count.
             **devicememory.fields(),
             "finished_at": now_iso(),
