@@ -19,6 +19,11 @@ from reprokit.plan import data, recipes
 from reprokit.plan.request import Request
 
 T = TypeVar("T")
+# Bounds on the flags that set how long a session takes, with the reason each one says.
+MAX_REPEAT = 100
+REPEAT_WHY = "the median of more runs says nothing new, and each run is the whole cell again"
+MAX_TIMEOUT_S = 30 * 24 * 3600
+TIMEOUT_WHY = "longer than any published run: a cell still running after 30 days is stuck"
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:  # noqa: A002 - invoke's own word
@@ -153,11 +158,14 @@ def _parsed(value: Any, convert: Callable[[Any], T], problem: str) -> T | None:
         raise ReprokitError(problem) from None
 
 
-def count(flag: str, value: Any, what: str) -> int | None:
-    """A whole number of at least 1 (--devices, --repeat), or None where not given."""
+def count(flag: str, value: Any, what: str, most: int | None = None, why: str = "") -> int | None:
+    """A whole number of at least 1 (--devices, --repeat), at most `most` (for `why`), or None where
+    not given."""
     found = _parsed(value, int, f"{flag} {value}: give {what} (a whole number, 1 or more)")
     if found is not None and found < 1:
         raise ReprokitError(f"{flag} {value}: give {what} (a whole number, 1 or more)")
+    if found is not None and most is not None and found > most:
+        raise ReprokitError(f"{flag} {value}: at most {most} ({why})")
     return found
 
 
@@ -175,10 +183,13 @@ def node_counts(value: Any) -> int | list[int] | None:
     return counts[0] if len(counts) == 1 else counts
 
 
-def seconds(flag: str, value: Any) -> float | None:
+def seconds(flag: str, value: Any, most: float = MAX_TIMEOUT_S, why: str = TIMEOUT_WHY) -> float | None:
+    """Seconds above 0 and at most `most` (inf, NaN and 1e400 are not seconds: session.json holds JSON)."""
     found = _parsed(value, float, f"{flag} {value}: give seconds")
     if found is not None and not found > 0:
         raise ReprokitError(f"{flag} {value}: give a number of seconds above 0")
+    if found is not None and not found <= most:  # NaN fails this too
+        raise ReprokitError(f"{flag} {value}: at most {most:,.0f} seconds ({why})")
     return found
 
 
@@ -205,6 +216,7 @@ def request(names: list[str], options: RunOptions, site: settings.Settings) -> R
         runtime_options=plugin_options,
         settings=site.record(),
         data={**site.get("data", {}), **data.parse(options.data)},
-        repeat=count("--repeat", options.repeat, "how many times to run each cell") or 1,
+        repeat=count("--repeat", options.repeat, "how many times to run each cell", MAX_REPEAT, REPEAT_WHY)
+        or 1,
         profile=bool(options.profile),
     )

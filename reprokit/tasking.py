@@ -26,6 +26,7 @@ from reprokit.errors import ReprokitError
 from reprokit.invocation import command
 from reprokit.options import OPTIONS, RunOptions, default_of
 from reprokit.run import files
+from reprokit.textsafe import line
 
 HELP_WORDS = ("-h", "--help")
 # The only short flags: chosen, never derived from a flag's first free letter.
@@ -101,7 +102,8 @@ def friendly(fn):
         try:
             return fn(*args, **kwargs)
         except ReprokitError as exc:
-            raise Exit(f"reprokit: {exc}", code=exc.exit_code) from None
+            # One line, whatever a file or a folder's name put in it (a newline, an ESC sequence).
+            raise Exit(f"reprokit: {line(exc)}", code=exc.exit_code) from None
         except BrokenPipeError:
             # The reader went away (`inv recipes | head`): stop quietly, as a command-line tool does.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -111,7 +113,7 @@ def friendly(fn):
             # line naming the path and the errno; any other OSError is a bug and keeps its traceback.
             if not files.is_storage_failure(exc):
                 raise
-            raise Exit(f"reprokit: cannot write {files.describe(exc)}", code=1) from None
+            raise Exit(f"reprokit: cannot write {line(files.describe(exc))}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("reprokit: interrupted; what was measured is kept", code=130) from None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from invoke import Collection
 
-from reprokit import image_tasks, result_tasks
+from reprokit import image_tasks, pipes, result_tasks
 from reprokit.console import console
 from reprokit.errors import PreflightFailed, ReprokitError
 from reprokit.options import (
@@ -33,8 +33,12 @@ from reprokit.plan.planner import choose_scale, plan
 from reprokit.run import reproduce as reproducing
 from reprokit.run.wiring import runtime_for
 from reprokit.tasking import friendly, options_task, task
+from reprokit.textsafe import line
 
 RECIPES_HELP = "a recipe name or path, several separated by commas, or all"
+# `inv TASK --help | head`: invoke prints the help before any task runs, so the quiet end of a closed
+# pipe is installed when the tasks are loaded.
+pipes.quiet_broken_pipe()
 
 
 @task(
@@ -57,12 +61,14 @@ def recipes_(c, recipes=None, json_=False):
         found = [kit_recipes.load(name) for name in kit_recipes.available()]
         print(schemas.dumps("recipes", {"recipes": [_recipe_json(recipe) for recipe in found]}))
         return
+    # A recipe is a file anyone can write: its words reach the terminal as text, never as its controls.
     for name in kit_recipes.available():
         recipe = kit_recipes.load(name)
-        print(f"{name:14s} {recipe.title}  [{recipe.publication.organization}, {recipe.publication.year}]")
+        publication = recipe.publication
+        print(line(f"{name:14s} {recipe.title}  [{publication.organization}, {publication.year}]"))
         for variant in recipe.variants:
             only = f"  (only {', '.join(variant.accelerators)})" if variant.accelerators else ""
-            print(f"{'':16s}{variant.name}{only}")
+            print(line(f"{'':16s}{variant.name}{only}"))
 
 
 def _recipe_json(recipe) -> dict:
@@ -123,21 +129,25 @@ def show(c, recipe, options: RunOptions, json_=False):
         print(json.dumps(payload, indent=2))
         return
     for warning in loaded.warnings:
-        print(f"warning: {warning}")
+        print(line(f"warning: {warning}"))
     for cell in found:
-        print(f"\n{cell.cell_id}  ({cell.scale}, {cell.accelerator}, {cell.nodes}x{cell.devices} devices)")
+        print()
+        print(
+            line(f"{cell.cell_id}  ({cell.scale}, {cell.accelerator}, {cell.nodes}x{cell.devices} devices)")
+        )
         for ref in cell.references:
             what = (
                 f"{ref['value']} {cell.unit} on {ref['devices']} {ref['device']}"
                 if "value" in ref
                 else f"{ref['ratio']}x"
             )
-            print(f"  published: {what}" + (f"  ({ref['note']})" if ref.get("note") else ""))
+            print(line(f"  published: {what}" + (f"  ({ref['note']})" if ref.get("note") else "")))
         for key, value in cell.published.items():
-            print(f"  published {key}={value}, run with {key}={cell.args.get(key)}")
+            print(line(f"  published {key}={value}, run with {key}={cell.args.get(key)}"))
         for note in cell.notes:
-            print(f"  note: {note}")
-        print("  " + " \\\n    ".join(cells.shell_args(cell.argv())))
+            print(line(f"  note: {note}"))
+        # Shell words are quoted (shellsafe); a control character in one is shown, never sent.
+        print("  " + " \\\n    ".join(line(word) for word in cells.shell_args(cell.argv())))
 
 
 # ---------------------------------------------------------------------------------------------
