@@ -93,7 +93,7 @@ def test_a_results_jsonl_holding_a_number_that_is_not_finite_is_refused_in_one_l
     assert stopped.value.code == 2
     assert stopped.value.message == (
         f"reprokit: session b cannot be read: {path}: line 1: measured_per_device is "
-        f"{float(value)!r}, not a finite number"
+        f"{float(value)!r}, not a finite number or null"
     )
 
 

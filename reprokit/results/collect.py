@@ -29,6 +29,7 @@ from reprokit.results import explain, ratios, records, repeats, systemdesc, verd
 from reprokit.results.row import Row, csv_text, measured_columns
 from reprokit.run import bounded, files, rundirs, session, writelock
 from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line
 
 # A cell whose run directory holds a file the kit will not read (its error names the file and why).
 UNREADABLE = "unreadable"
@@ -103,7 +104,7 @@ def unreadable(run_dir: Path, session_dir: Path, problem: Malformed, planned: di
         base,
         status=UNREADABLE,
         verdict=verdicts.NO_RESULT,
-        error=f"{bounded.line(os.fsdecode(where))}: {problem.reason}",
+        error=f"{line(os.fsdecode(where))}: {problem.reason}",
         series_id=base.cell_id,
         run_dir=run_dir.name,
     )

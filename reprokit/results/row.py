@@ -201,36 +201,48 @@ def measured_columns(measurements: dict[str, float | None]) -> dict[str, float |
 _TYPES = get_type_hints(Row)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _check(hint: Any) -> tuple[Callable[[Any], bool], str]:
-    """(does a JSON value fit `hint`, what fits in words): results.jsonl's schema, from Row's fields."""
+    """(does a JSON value fit `hint`, what fits in words): results.jsonl's schema, from Row's fields.
+    A JSON value is of its exact type (json.loads makes no subclasses): `type(v) is` is the test, and
+    it is fast (history reads every row of every session)."""
     origin, args = get_origin(hint), get_args(hint)
     if hint is Any or hint is Departure:  # departures: validated as they are made (a reason, or a record)
         return (lambda v: True), "anything"
     if origin in (Union, types.UnionType):
-        parts = [_check(a) for a in args if a is not type(None)]
-        tests = [t for t, _ in parts]
+        kinds = tuple(a for a in args if a is not type(None))
         nullable = type(None) in args
+        if all(k in _SCALARS for k in kinds):  # a value, or null: one test of its type
+            allowed = {*kinds, *((type(None),) if nullable else ()), *((int,) if float in kinds else ())}
+            what = " or ".join(_check(k)[1] for k in kinds)
+            return (lambda v: type(v) in allowed and (type(v) is not float or math.isfinite(v))), what + (
+                " or null" if nullable else ""
+            )
+        parts = [_check(a) for a in kinds]
+        tests = [t for t, _ in parts]
         return (lambda v: (nullable and v is None) or any(t(v) for t in tests)), " or ".join(
             w for _, w in parts
         )
     if hint is bool:
-        return (lambda v: isinstance(v, bool)), "true or false"
+        return (lambda v: type(v) is bool), "true or false"
     if hint is int:
-        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "a whole number"
+        return (lambda v: type(v) is int), "a whole number"
     if hint is float:
-        return (
-            lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        ), "a finite number"
+        return (lambda v: type(v) is int or (type(v) is float and math.isfinite(v))), "a finite number"
     if hint is str:
-        return (lambda v: isinstance(v, str)), "text"
+        return (lambda v: type(v) is str), "text"
     if origin is list:
-        item, _ = _check(args[0])
-        return (lambda v: isinstance(v, list) and all(item(x) for x in v)), "a list"
+        item, what = _check(args[0])
+        if get_origin(args[0]) is dict and get_args(args[0])[1] is Any:
+            return (lambda v: type(v) is list and all(type(x) is dict for x in v)), "a list of mappings"
+        return (lambda v: type(v) is list and all(item(x) for x in v)), f"a list of {what}"
     if origin is dict:
         value, what = _check(args[1])
-        return (
-            lambda v: isinstance(v, dict) and all(isinstance(k, str) and value(x) for k, x in v.items())
-        ), f"a mapping of {what}"
+        if args[1] is Any:  # a JSON object's keys are text: its type says it all
+            return (lambda v: type(v) is dict), "a mapping"
+        return (lambda v: type(v) is dict and all(value(x) for x in v.values())), f"a mapping of {what}"
     raise TypeError(f"no JSON check for {hint}")
 
 

@@ -59,6 +59,18 @@ def outside(path: Path, root: Path | None) -> str | None:
     None when it stays inside (or there is no root to stay in)."""
     if root is None:
         return None
+    text, top = os.fspath(path), os.fspath(root).rstrip(os.sep) or os.sep
+    below = text[len(top) :].strip(os.sep).split(os.sep) if text.startswith(top + os.sep) else None
+    if below is not None and ".." not in below:
+        # The common case, cheaply (history reads thousands of files): no link between the root and the
+        # path, so the path is inside.
+        probe = top
+        for part in below:
+            probe = os.path.join(probe, part)
+            if os.path.islink(probe):
+                break
+        else:
+            return None
     real, base = os.path.realpath(path), os.path.realpath(root)
     if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
         return None

@@ -17,6 +17,7 @@ from typing import Any
 
 from reprokit.run import bounded, files
 from reprokit.run.bounded import Malformed
+from reprokit.textsafe import line as one_line
 from reprokit.trainers import contract
 
 LOG_TAIL_LINES = 30
@@ -194,7 +195,7 @@ def curves(
     try:
         header = next(csv.reader([lines[0]]))
         if "step" not in header:
-            raise Malformed(path, f"its header has no step column ({bounded.line(lines[0][:60])})")
+            raise Malformed(path, f"its header has no step column ({one_line(lines[0][:60])})")
         records = enumerate(csv.reader(io.StringIO("\n".join(lines[1:]))), 2)
         for number, fields in records:
             if not fields:
@@ -206,7 +207,7 @@ def curves(
             except ValueError:
                 if cut and number == len(lines):
                     break
-                shown = bounded.line(",".join(fields)[:60])
+                shown = one_line(",".join(fields)[:60])
                 raise Malformed(path, f"line {number} is not a row of numbers ({shown})") from None
             for name, value in values.items():
                 if value is not None and math.isfinite(value):
