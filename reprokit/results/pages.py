@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from reprokit.results.plots import Plot
 from reprokit.textsafe import fence
+from reprokit.textsafe import line as one_line
 from reprokit.textsafe import lines as visible_lines
 from reprokit.textsafe import markdown as md
 
@@ -60,7 +61,7 @@ def markdown(blocks: list[Block]) -> str:
         elif block.kind == "details":
             # GitHub's way of folding: the table shows when the line is opened; elsewhere it reads as is.
             lines += [
-                f"<details><summary>{escape(block.text)}</summary>",
+                f"<details><summary>{escape(one_line(block.text))}</summary>",
                 "",
                 *_md_table(block),
                 "</details>",
