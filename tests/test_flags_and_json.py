@@ -81,7 +81,7 @@ def test_compare_json_validates_and_carries_the_gates_answer_and_exit_code(two_s
         0.7
     )
     assert cells["fake--base"]["verdict"] == "same"
-    assert found["gate"] == {"limit": 0.05, "regressed": ["fake--fast"], "passed": False}
+    assert found["gate"] == {"limit": 0.05, "regressed": ["fake--fast"], "unjudged": [], "passed": False}
     # Without the gate: exit 0, gate null, the same cells.
     done = run_inv("compare", "--results", str(two_sessions), "--json")
     assert done.returncode == 0 and valid("compare", done.stdout)["gate"] is None

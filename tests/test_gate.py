@@ -108,3 +108,21 @@ def test_a_samples_per_joule_that_is_not_a_rate_is_not_an_energy_verdict(results
     shown = capsys.readouterr().out
     line = next(text for text in shown.splitlines() if CELL in text)
     assert "samples/J" not in shown and "nan" not in line.lower()
+
+
+def test_compare_json_names_the_cells_the_gate_cannot_judge(results, capsys):
+    _break(results / "b", math.nan)
+    with pytest.raises(Exit) as stopped:
+        _gate(results, json_=True)
+    assert stopped.value.code != 0
+    gate = json.loads(capsys.readouterr().out)["gate"]
+    assert gate["passed"] is False and gate["regressed"] == []
+    assert [u["cell_id"] for u in gate["unjudged"]] == [CELL]
+    assert gate["unjudged"][0]["why"].startswith("B: no figure (throughput not finite")
+    _gate(results, json_=True, skip_unjudged=True)
+    assert json.loads(capsys.readouterr().out)["gate"] == {
+        "limit": 0.05,
+        "regressed": [],
+        "unjudged": [],
+        "passed": True,
+    }

@@ -320,7 +320,7 @@ def to_json(folder: Path, found: History) -> dict[str, Any]:
                 "recipe": r.recipe,
                 "variant": r.variant,
                 "device_name": r.device_name,
-                "host": entry.host,
+                "host": entry.machine,
                 "measured_per_device": r.measured_per_device,
                 "measured_min_per_device": r.measured_min / world if repeated and r.measured_min is not None else None,
                 "measured_max_per_device": r.measured_max / world if repeated and r.measured_max is not None else None,
