@@ -92,6 +92,22 @@ def test_a_cell_started_in_year_9999_is_unreadable_for_itself_alone(results, cap
     )  # fmt: skip
 
 
+def test_history_json_lists_each_session_it_skipped_with_its_file_and_reason(results, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from reprokit import schemas
+
+    bad = _bad(results)
+    edit_json(bad / "session.json", {"created_at": "0001-01-01T00:00:00"})
+    result_tasks.history(Context(), "all", results=str(results), json_=True)
+    found = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator(schemas.schema("history")).validate(found)
+    assert found["skipped"] == [
+        {"path": str(bad / "session.json"),
+         "reason": "created_at '0001-01-01T00:00:00' is not a time a run had (1970 to 2200)"}
+    ]  # fmt: skip
+    assert {r["session"] for r in found["rows"]} == set(GOOD)
+
+
 # --- 4. depth ------------------------------------------------------------------------------------
 
 DEEP = "[" * 100_000 + "]" * 100_000
