@@ -102,6 +102,7 @@ def rehearse(
             )
     found = [Rehearsed(*r["cell_id"].split("/", 1), r) for r in results]
     print_table(found)
+    console.print(versions_line())
     bad = [r for r in found if r.result["status"] != "ok" or not r.result["memory"]["fits"]]
     if bad:
         raise RunFailed(
@@ -109,6 +110,29 @@ def rehearse(
             + "; ".join(f"{r.slice}/{r.cell_id}: {_why(r.result)}" for r in bad[:3])
         )
     return found
+
+
+def versions_line() -> str:
+    """Which packages the rehearsal ran with, beside the bundle's pins and the node's torch: the
+    trainers' packages must be the bundle's for a rehearsal to speak for the node."""
+    from importlib import metadata
+
+    from reprokit.barenode import wheels
+
+    pins = {wheels._name(r): r.split("==", 1)[1] for r in wheels.kit_requirements() if "==" in r}
+    node = wheels.load_node()
+    said = []
+    for name in ("transformers", "timm", "accelerate", "datasets", "torch"):
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            here = "none"
+        if name == "torch":
+            said.append(f"torch {here} (the node runs its own {node.packages.get('torch')})")
+        else:
+            mark = "" if pins.get(name) == here else f" [red](the bundle's is {pins.get(name)})[/red]"
+            said.append(f"{name} {here}{mark}")
+    return "Rehearsed with " + ", ".join(said)
 
 
 def _why(result: dict[str, Any]) -> str:
