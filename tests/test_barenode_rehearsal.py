@@ -56,6 +56,8 @@ def test_every_cell_of_every_slice_rehearses_and_fits_an_80_gb_device(tmp_path):
         > by_id["d/vit-speedups--amp"]["memory"]["peak_counted_bytes"]
     )
     assert "Rehearsal: each cell at its published size" in done.stderr
+    # With the bundle's packages (the node's torch differs and is said).
+    assert "Rehearsed with transformers 4.49.0, timm 1.0.15, accelerate 1.4.0" in done.stderr
 
 
 def test_a_shape_error_and_a_cell_too_large_for_the_device_are_found_before_the_node(tmp_path):
