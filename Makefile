@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 INV := $(BIN)/inv
 ARGS ?=
 
-.PHONY: help reproduce images test lint report bench bench-gpu clean
+.PHONY: help reproduce images test lint report bench bench-gpu node-bundle node-rehearsal clean
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,14 @@ bench: $(VENV)/.test  ## data-path and kit-overhead benchmarks (table + CSV in b
 
 bench-gpu: $(VENV)/.test  ## GPU throughput benchmarks (needs a CUDA device)
 	$(BIN)/python -m benchmarks.run --gpu $(ARGS)
+
+# A bare, air-gapped GPU node (README.md, "On a bare GPU node"): what travels to it, rehearsed here first.
+node-bundle: $(VENV)/.installed  ## the wheels a bare GPU node lacks, into node-bundle/ (needs PyPI; reprokit/barenode/node.yaml)
+	$(BIN)/python -m reprokit.barenode bundle node-bundle $(ARGS)
+
+SLICES ?=
+node-rehearsal: $(VENV)/.installed  ## every cell of the node's slices through its trainer on the CPU, at its published size (SLICES="a b")
+	$(BIN)/python -m reprokit.barenode rehearse $(SLICES) $(ARGS)
 
 clean:  ## remove rendered files and caches (results/ is kept)
 	rm -rf rendered .pytest_cache .ruff_cache

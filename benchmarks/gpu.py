@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from reprokit.barenode import slices
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.results import collect, formats
 from reprokit.run import supervise
@@ -50,13 +51,10 @@ SUITE: dict[str, list[str] | None] = {
     ],
     "vit-speedups": None,
 }
-# What each recipe's cells need to run offline and briefly.
-OFFLINE_ARGS: dict[str, dict[str, Any]] = {
-    "bridgetower": {"random_init": True, "synthetic_data": True, "do_eval": False, "do_predict": False},
-    "volo": {"synthetic_data": True},
-    "vit-speedups": {"synthetic_data": True},
-}
-MEASURED_STEPS = 20  # at least this many steps after the warm-up
+# What each recipe's cells need to run offline, and the steps measured after the warm-up: one place
+# for both, the bare node's slices (reprokit/barenode/slices.yaml), which run the same cells.
+OFFLINE_ARGS: dict[str, dict[str, Any]] = {name: slices.offline_args(name) for name in SUITE}
+MEASURED_STEPS = slices.load().measured_steps
 
 
 def planned(steps: int) -> list[cells.Cell]:

@@ -5,7 +5,9 @@ Throughput is what the kit measures, so the data path must cost what the publish
 - ``ImageFolderSource`` reads ImageNet's ``<root>/train/<class>/*.JPEG`` layout (classes sorted,
   as torchvision's ImageFolder and timm number them);
 - ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (synthetic.py)
-  from a pool built once per process, so every sample is decoded and augmented for real;
+  from a pool built once per process, so every sample is decoded and augmented for real; with
+  ``REPROKIT_SYNTHETIC_FILES`` set (a bare node's runner sets it) the pool is JPEG files in that
+  folder, written once and read per sample by every run that draws the same pool;
 - ``ImageTrainDataset`` decodes and augments in the DataLoader workers and returns uint8 crops;
   normalization and random erasing run on the device afterwards (``DeviceNormalize``), as timm's
   prefetching loader does in the published scripts (it is on by default there).
@@ -86,6 +88,7 @@ class ImageNetArguments:
         return source, {
             "data": "synthetic",
             "synthetic_pool_size": len(source.pool),
+            "synthetic_files": str(source.folder) if source.folder else None,
             "num_classes_data": source.num_classes,
         }
 
@@ -153,9 +156,15 @@ class SyntheticImageSource:
     ) -> None:
         if num_samples < 1 or pool_size < 1:
             raise ValueError("the synthetic dataset needs num_train >= 1 and pool_size >= 1")
-        rng = np.random.default_rng(seed)
-        sizes = sample_sizes(min(pool_size, num_samples), rng, widths, heights)
-        self.pool = [jpeg_bytes(w, h, rng) for w, h in sizes]
+        count = min(pool_size, num_samples)
+        self.folder = synthetic_files(widths, heights, count, seed)
+
+        def draw() -> list[bytes]:
+            rng = np.random.default_rng(seed)
+            return [jpeg_bytes(w, h, rng) for w, h in sample_sizes(count, rng, widths, heights)]
+
+        # In memory, or files written once (a node's slice: every cell reads the same files).
+        self.pool: list[bytes] | list[Path] = draw() if self.folder is None else _written(self.folder, draw)
         self.num_samples = num_samples
         self.num_classes = num_classes
         self.seed = seed
@@ -164,7 +173,8 @@ class SyntheticImageSource:
         return self.num_samples
 
     def read(self, index: int) -> bytes:
-        return self.pool[index % len(self.pool)]
+        item = self.pool[index % len(self.pool)]
+        return item.read_bytes() if isinstance(item, Path) else item
 
     def label(self, index: int) -> int:
         # A fixed odd multiplier spreads consecutive indices over all classes, deterministically.
@@ -174,7 +184,40 @@ class SyntheticImageSource:
         return f"synthetic/{index:08d}"
 
     def describe(self, index: int) -> str:
-        return f"synthetic image {index % len(self.pool)} of the pool"
+        item = self.pool[index % len(self.pool)]
+        return (
+            str(item) if isinstance(item, Path) else f"synthetic image {index % len(self.pool)} of the pool"
+        )
+
+
+SYNTHETIC_FILES = "REPROKIT_SYNTHETIC_FILES"
+
+
+def synthetic_files(widths: Sequence[int], heights: Sequence[int], count: int, seed: int) -> Path | None:
+    """Where the synthetic pool's JPEG files are (None: no REPROKIT_SYNTHETIC_FILES, the pool stays in
+    memory): a folder per draw, so runs that draw the same pool read the same files."""
+    root = os.environ.get(SYNTHETIC_FILES)
+    if not root:
+        return None
+    return Path(root) / f"imagenet-{widths[0]}-{widths[-1]}x{heights[0]}-{heights[-1]}-n{count}-seed{seed}"
+
+
+def _written(folder: Path, draw: Callable[[], list[bytes]]) -> list[Path]:
+    """The pool's files in `folder`, written once: a run finds a complete folder (its files renamed
+    into place together) or writes one; two runs writing at once each finish, the first rename wins."""
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = folder.with_name(f".{folder.name}.{os.getpid()}")
+        staging.mkdir(exist_ok=True)
+        for index, data in enumerate(draw()):
+            (staging / f"{index:06d}.JPEG").write_bytes(data)
+        try:
+            staging.rename(folder)
+        except OSError:  # another run put it there first: the same draw
+            for path in staging.iterdir():
+                path.unlink()
+            staging.rmdir()
+    return sorted(folder.glob("*.JPEG"))
 
 
 class BadImage(ValueError):

@@ -1,0 +1,189 @@
+"""The CPU rehearsal of a slice's cells before any GPU time is spent (`python -m reprokit.barenode
+rehearse`): each cell the node would run goes through its trainer's own code at the published
+architecture, resolution and per-device batch, with the arguments the node would pass, the device
+half on fake tensors that count its memory (reprokit_trainers/rehearsal). A shape, argument or import
+error is found here; each cell's peak device memory is estimated and held against an 80 GB device.
+
+The host side never imports torch: the rehearsal runs as the trainers' own module, in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprokit import trainers
+from reprokit.barenode import slices
+from reprokit.console import console
+from reprokit.errors import ReprokitError, RunFailed
+
+GIB = 2**30
+
+
+@dataclass
+class Rehearsed:
+    slice: str
+    cell_id: str
+    result: dict[str, Any]
+
+
+def cell_lines(names: list[str], runs: Path, slices_file: Path = slices.SLICES_FILE) -> list[dict[str, Any]]:
+    """Each slice cell as the rehearsal module takes it: the trainer's whole command line as run.sh
+    gives it on the node (output folder, a finetune's checkpoint), in the slices' order."""
+    lines = []
+    for name in names:
+        for planned in slices.plan(name, "cuda", slices_file):
+            if planned.left_out:
+                continue
+            cell = planned.cell
+            folder = runs / name
+            argv = ["--output_dir", str(folder / cell.cell_id), *cell.argv()]
+            for arg, producer in cell.needed_cells().items():
+                argv += [f"--{arg}", str(folder / producer / "checkpoint")]
+            lines.append({"cell_id": f"{name}/{cell.cell_id}", "trainer": cell.trainer, "argv": argv})
+    return lines
+
+
+def rehearse(
+    names: list[str],
+    scratch: Path | None = None,
+    slices_file: Path = slices.SLICES_FILE,
+    workers_cap: int = 2,
+) -> list[Rehearsed]:
+    """Rehearse the cells of the slices `names`; raises RunFailed (after the table) when a cell failed
+    or would not fit."""
+    with tempfile.TemporaryDirectory(prefix="reprokit-rehearsal-") as temporary:
+        where = scratch or Path(temporary)
+        where.mkdir(parents=True, exist_ok=True)
+        lines = cell_lines(names, where / "runs", slices_file)
+        cells_file, out = where / "cells.jsonl", where / "rehearsal.jsonl"
+        cells_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        out.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [trainers.search_path(), os.environ.get("PYTHONPATH")])
+            ),
+            # No hub: the rehearsal uses what the node uses (random weights, synthetic data).
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        env.pop("REPROKIT_ACCELERATOR", None)
+        console.print(
+            f"Rehearsing {len(lines)} cells of slice(s) {', '.join(names)} on the CPU (fake device)"
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "reprokit_trainers.rehearsal",
+            str(cells_file),
+            "--out",
+            str(out),
+            "--scratch",
+            str(where),
+            "--workers-cap",
+            str(workers_cap),
+        ]
+        # Each failed cell's traceback goes to rehearsal.log (kept with --keep); its one line to the table.
+        with open(where / "rehearsal.log", "w") as log:
+            done = subprocess.run(command, env=env, stdout=sys.stdout, stderr=log)
+        results = [json.loads(text) for text in out.read_text().splitlines()] if out.exists() else []
+        if len(results) < len(lines):
+            tail = (where / "rehearsal.log").read_text().strip().splitlines()[-1:] or ["no output"]
+            raise ReprokitError(
+                f"the rehearsal stopped after {len(results)} of {len(lines)} cells (exit {done.returncode}): {tail[0]}"
+            )
+    found = [Rehearsed(*r["cell_id"].split("/", 1), r) for r in results]
+    print_table(found)
+    console.print(versions_line())
+    bad = [r for r in found if r.result["status"] != "ok" or not r.result["memory"]["fits"]]
+    if bad:
+        raise RunFailed(
+            f"{len(bad)} of {len(found)} cells would fail on the node: "
+            + "; ".join(f"{r.slice}/{r.cell_id}: {_why(r.result)}" for r in bad[:3])
+        )
+    return found
+
+
+def versions_line() -> str:
+    """Which packages the rehearsal ran with, beside the bundle's pins and the node's torch: the
+    trainers' packages must be the bundle's for a rehearsal to speak for the node."""
+    from importlib import metadata
+
+    from reprokit.barenode import wheels
+
+    pins = {wheels._name(r): r.split("==", 1)[1] for r in wheels.kit_requirements() if "==" in r}
+    node = wheels.load_node()
+    said = []
+    for name in ("transformers", "timm", "accelerate", "datasets", "torch"):
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            here = "none"
+        if name == "torch":
+            said.append(f"torch {here} (the node runs its own {node.packages.get('torch')})")
+        else:
+            mark = "" if pins.get(name) == here else f" [red](the bundle's is {pins.get(name)})[/red]"
+            said.append(f"{name} {here}{mark}")
+    return "Rehearsed with " + ", ".join(said)
+
+
+def _why(result: dict[str, Any]) -> str:
+    if result["status"] != "ok":
+        return result["error"]
+    memory = result["memory"]
+    return f"needs about {memory['estimate_bytes'] / GIB:.1f} GiB of {memory['device_bytes'] / GIB:.1f}"
+
+
+def print_table(found: list[Rehearsed]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Rehearsal: each cell at its published size on the fake device")
+    for column in (
+        "slice",
+        "cell",
+        "parameters",
+        "batch",
+        "px",
+        "precision",
+        "peak estimate",
+        "of 80 GB",
+        "verdict",
+    ):
+        table.add_column(column)
+    for item in found:
+        r = item.result
+        if r["status"] != "ok":
+            table.add_row(
+                item.slice, item.cell_id, "", "", "", "", "", "", f"[red]failed[/red]: {r['error']}"
+            )
+            continue
+        memory = r["memory"]
+        verdict = "fits" if memory["fits"] else "[red]does not fit[/red]"
+        if memory["fits"] and memory["tight"]:
+            verdict = "fits, tight"
+        table.add_row(
+            item.slice,
+            item.cell_id,
+            f"{r['parameters'] / 1e6:.1f}M",
+            str(r["batch"]),
+            str(r["image_size"]),
+            r["precision"],
+            f"{memory['estimate_bytes'] / GIB:.1f} GiB",
+            f"{memory['share']:.0%}",
+            verdict,
+        )
+    console.print(table)
+    console.print(
+        "Estimate: the fake device's counted peak, DDP's buckets or FSDP's low-precision copies, and "
+        f"{found[0].result.get('memory', {}).get('allowance_bytes', 0) / GIB:.1f} GiB for the CUDA context and workspaces"
+        if found
+        else "No cells."
+    )

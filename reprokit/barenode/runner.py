@@ -1,0 +1,365 @@
+"""A slice on a bare node (`python -m reprokit.barenode run SLICE`, started by scripts/barenode/run.py
+once the bundle is installed): its checks, then its cells one by one through the kit's local runtime
+with no container, in this Python. Everything a run must send back goes into the output folder as it
+is known, so a run stopped at any moment (its time limit, a signal) returns what it finished:
+
+    OUT/runner.log             every line this run printed, appended as printed
+    OUT/checks.json            the node's checks: device, software, matmul peak, energy
+    OUT/results.csv, .jsonl    the kit's rows of the cells so far, rewritten the moment each cell ends
+    OUT/node-<slice>.tar.gz    the archive (archive.py), rewritten after each cell
+
+`--budget-s` is the wall time the whole run may take, counted from when the node command started
+(the bundle's install included): a cell whose expected seconds do not fit in what is left is not
+started and says so, and a cell that overruns is stopped at the budget's end, with time kept to pack.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from reprokit import trainers
+from reprokit.barenode import archive, slices
+from reprokit.errors import ReprokitError
+from reprokit.plan import accelerators
+from reprokit.plan.planner import Plan
+from reprokit.plan.request import Request
+from reprokit.results import collect
+from reprokit.run import files, machinelock, rundirs, session, supervise
+from reprokit.run.containers.none import NoContainer
+from reprokit.run.handles import NoOptions
+from reprokit.run.runtimes.base import write_run_dir_inputs
+from reprokit.run.runtimes.local import LocalRuntime
+
+# Kept back from the budget for the last rows, the report and the archive.
+RESERVE_S = 20.0
+CHECK_TIMEOUT_S = 180
+STARTED_ENV = "REPROKIT_NODE_STARTED"  # when the node command started (scripts/barenode/run.py)
+TRAINER_OF = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit"}
+
+
+class Log:
+    """Lines to the terminal and to OUT/runner.log, each flushed as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.started = time.time()
+
+    def __call__(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        line = f"[{stamp}] {text}"
+        print(line, flush=True)
+        with open(self.path, "a") as fh:
+            fh.write(line + "\n")
+
+
+@contextmanager
+def _signals_stop() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a time limit, a closed session) stop the run as Ctrl-C does: the running
+    cell is stopped and recorded as interrupted, and what was finished is written out."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _atomic_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+class NodeRun:
+    def __init__(
+        self,
+        slice_name: str,
+        out: Path,
+        scratch: Path,
+        budget_s: float,
+        started: float,
+        slices_file: Path = slices.SLICES_FILE,
+        accelerator: str = "cuda",
+    ) -> None:
+        self.slice_name = slice_name
+        self.out = files.make_dir(out)
+        self.scratch = files.make_dir(scratch)
+        self.budget_s = budget_s
+        self.started = started
+        self.accelerator = accelerator
+        self.log = Log(self.out / "runner.log")
+        self.spec = slices.get(slice_name, slices_file)
+        self.planned = slices.plan(slice_name, accelerator, slices_file)
+        self.profile = accelerators.get(accelerator)
+        self.checks: dict[str, Any] = {}
+        self.archive_file = self.out / f"node-{slice_name}.tar.gz"
+        self.session_dir: Path | None = None
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def left(self) -> float:
+        return self.budget_s - (time.time() - self.started)
+
+    # -- the session ---------------------------------------------------------------------------
+
+    def open_session(self) -> Path:
+        cells = [p.cell for p in self.planned]
+        request = Request(
+            recipes=sorted({c.recipe for c in cells}),
+            accelerator=self.accelerator,
+            scale=self.spec.scale,
+            runtime="local",
+            container="none",
+            variants=[c.variant for c in cells],
+            devices=1,
+            timeout=self.budget_s,
+        )
+        plan = Plan(self.accelerator, self.spec.scale, "local", cells, [], 1, None, "none")
+        self.session_dir = session.new_dir(str(self.scratch / "results"))
+        session.save(self.session_dir, plan, request)
+        return self.session_dir
+
+    def write_rows(self) -> None:
+        """results.csv and .jsonl from the run directories (never the reverse), copied out."""
+        assert self.session_dir is not None
+        collect.collect(self.session_dir)
+        for name in (session.RESULTS_CSV, session.RESULTS_JSONL):
+            _atomic_copy(self.session_dir / name, self.out / name)
+
+    def pack(self) -> dict[str, Any]:
+        assert self.session_dir is not None
+        parts = {
+            "session": self.session_dir,
+            "checks.json": self.out / "checks.json",
+            "runner.log": self.out / "runner.log",
+            "nvidia-smi-q.txt": self.scratch / "nvidia-smi-q.txt",
+        }
+        return archive.pack(self.archive_file, parts)
+
+    def settle(self, final: bool = False) -> None:
+        """Rows and archive as they stand; a write that fails is said, never fatal to the cells."""
+        try:
+            self.write_rows()
+            if final:
+                from reprokit.results import report
+
+                report.write(self.session_dir)
+            packed = self.pack()
+            if final:
+                self.log(
+                    f"archive: {self.archive_file} ({packed['bytes'] / 2**20:.1f} MiB, {packed['files']} files"
+                    + (f"; {'; '.join(packed['left_out'])}" if packed["left_out"] else "")
+                    + ")"
+                )
+        except (OSError, ReprokitError) as error:
+            self.log(f"results not written: {error}")
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def device_check(self) -> None:
+        try:
+            here = accelerators.devices_here(self.accelerator)
+            key = self.profile.device_key(here.model)
+            named = f"{key}, as the recipes name it" if key else "a device no recipe names"
+            self.checks["devices"] = {
+                "devices": list(here.models),
+                "mig": here.partitions,
+                "recipes_key": key,
+            }
+            self.log(f"device: {here.describe()} ({named})")
+        except ReprokitError as error:
+            self.checks["devices"] = {"error": str(error)}
+            self.log(f"device: {error}")
+        if shutil.which("nvidia-smi") is None:
+            self.log("nvidia-smi -q: needs the NVIDIA driver's tools (nvidia-smi is not on PATH)")
+            return
+        try:
+            done = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=30)
+            (self.scratch / "nvidia-smi-q.txt").write_text(done.stdout + done.stderr)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.log(f"nvidia-smi -q: {error}")
+
+    def trainer_check(self) -> bool:
+        """The trainers import in this Python with the bundle first (seconds, before any cell), and the
+        software they will run is read back; with `matmul`/`energy`, the device's peak and NVML."""
+        names = sorted({TRAINER_OF[p.cell.trainer] for p in self.planned if p.cell.trainer in TRAINER_OF})
+        out = self.scratch / "devicecheck.json"
+        command = [
+            sys.executable,
+            "-m",
+            "reprokit_trainers.devicecheck",
+            "--out",
+            str(out),
+            "--trainers",
+            ",".join(names),
+        ]
+        command += [f"--{c}" for c in ("matmul", "energy") if c in self.spec.checks]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [trainers.search_path(), os.environ.get("PYTHONPATH")])
+            ),
+        }
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.log(f"checks: the device check gave no answer in {CHECK_TIMEOUT_S} s")
+            return True
+        for line in done.stdout.splitlines():
+            self.log(line)
+        found = rundirs.read_json(out) if out.exists() else None
+        if found is None:
+            said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            self.log(f"checks: the trainers' side does not start in this Python: {said}")
+            self.checks["software"] = {"error": said}
+            return False
+        self.checks.update(found)
+        return not found["software"]["trainers_failed"]
+
+    def write_checks(self) -> None:
+        files.write_json(self.out / "checks.json", {"slice": self.slice_name, **self.checks})
+
+    # -- cells ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.log(f"slice {self.slice_name}: {self.spec.title}")
+        expected = sum(p.seconds for p in self.planned if not p.left_out)
+        self.log(
+            f"{len(self.planned)} cells, about {expected:.0f} s by their estimates; budget {self.budget_s:.0f} s, "
+            f"{self.left():.0f} s left"
+        )
+        self._announce_skips()
+        self.open_session()
+        outcomes: dict[str, dict[str, Any]] = {}
+        runtime = LocalRuntime(NoOptions(), NoContainer(NoOptions()))
+        with _signals_stop():
+            try:
+                # Every slice records the device and `nvidia-smi -q`; the check slice says more.
+                self.device_check()
+                usable = self.trainer_check()
+                self.write_checks()
+                self._data_env()
+                runtime.check(self.profile)
+                # One measurement per machine, as every session of the kit: a run already here is waited for.
+                with machinelock.held(self.session_dir, self.log):
+                    for planned in self.planned:
+                        outcomes[planned.cell.cell_id] = self._one(planned, runtime, outcomes, usable)
+                        self.settle()
+            except KeyboardInterrupt as stop:
+                self.log(f"stopped ({stop or 'Ctrl-C'}): the running cell is recorded as interrupted")
+                self._not_started(outcomes, "not started: the run was stopped")
+            except ReprokitError as error:
+                self.log(f"cells cannot run here: {error}")
+                self._not_started(outcomes, f"not started: {error}")
+        self.settle(final=True)
+        failed = [i for i, o in outcomes.items() if o.get("status") not in ("ok", "skipped")]
+        skipped = [i for i, o in outcomes.items() if o.get("status") == "skipped"]
+        self.log(
+            f"done in {time.time() - self.started:.0f} s: {len(outcomes) - len(failed) - len(skipped)} ok, "
+            f"{len(failed)} did not complete, {len(skipped)} skipped; rows in {self.out / session.RESULTS_CSV}"
+        )
+        # Exit 0 only when every cell the slice runs here ran: a skip for the budget is work not done.
+        not_run = [i for i in skipped if not outcomes[i].get("error", "").startswith("left out")]
+        return 1 if failed or not_run else 0
+
+    def _announce_skips(self) -> None:
+        clock, late = time.time() - self.started, []
+        for planned in self.planned:
+            if planned.left_out:
+                self.log(f"left out: {planned.cell.cell_id}: {planned.left_out}")
+                continue
+            clock += planned.seconds
+            if clock > self.budget_s - RESERVE_S:
+                late.append(planned.cell.cell_id)
+        if late:
+            self.log(
+                f"by the estimates these would not fit in --budget-s {self.budget_s:.0f}: {', '.join(late)}"
+            )
+
+    def _data_env(self) -> None:
+        """Synthetic data written once on the node and read by every cell: VOLO's and the ViT's JPEG
+        pools as files, BridgeTower's rows in one datasets cache (recorded as synthetic data)."""
+        os.environ["REPROKIT_SYNTHETIC_FILES"] = str(self.scratch / "synthetic-jpegs")
+        os.environ["HF_DATASETS_CACHE"] = str(self.scratch / "datasets")
+
+    def _one(
+        self,
+        planned: slices.Planned,
+        runtime: LocalRuntime,
+        outcomes: dict[str, dict[str, Any]],
+        usable: bool,
+    ) -> dict[str, Any]:
+        cell = planned.cell
+        assert self.session_dir is not None
+        run_dir = self.session_dir.resolve() / session.RUNS / cell.cell_id
+        write_run_dir_inputs(cell, self.profile, run_dir)
+        failed_needs = [c for c in cell.needed_cells().values() if outcomes.get(c, {}).get("status") != "ok"]
+        left = self.left() - RESERVE_S
+        if planned.left_out:
+            reason = f"left out on this node: {planned.left_out}"
+        elif not usable:
+            reason = "not started: the trainers do not import in this Python (checks.json, software)"
+        elif failed_needs:
+            reason = f"needs {', '.join(failed_needs)}, which did not complete"
+        elif planned.seconds > left:
+            reason = (
+                f"not started: needs about {planned.seconds:.0f} s, {max(left, 0):.0f} s of --budget-s "
+                f"{self.budget_s:.0f} left"
+            )
+        else:
+            self.log(f"{cell.cell_id}: starting (about {planned.seconds:.0f} s, {left:.0f} s left)")
+            begun = time.time()
+            outcome = supervise.run_cell(runtime, cell, run_dir, self.profile, timeout=left)
+            self.log(f"{cell.cell_id}: {self._said(cell, outcome)} [{time.time() - begun:.0f} s]")
+            return outcome
+        self.log(f"{cell.cell_id}: skipped: {reason}")
+        return rundirs.skip(run_dir, reason)
+
+    @staticmethod
+    def _said(cell: Any, outcome: dict[str, Any]) -> str:
+        if outcome.get("status") == "ok":
+            rate = outcome.get("samples_per_second")
+            shown = f"{rate:,.1f} {cell.unit}" if isinstance(rate, int | float) else "no rate"
+            return f"ok, {shown} over {outcome.get('steps')} steps"
+        return f"{outcome.get('status')}: {outcome.get('error')}"
+
+    def _not_started(self, outcomes: dict[str, dict[str, Any]], reason: str) -> None:
+        assert self.session_dir is not None
+        for planned in self.planned:
+            cell = planned.cell
+            if cell.cell_id in outcomes:
+                continue
+            run_dir = self.session_dir.resolve() / session.RUNS / cell.cell_id
+            write_run_dir_inputs(cell, self.profile, run_dir)
+            if not rundirs.summary(run_dir):
+                outcomes[cell.cell_id] = rundirs.skip(run_dir, reason)
+            else:
+                outcomes[cell.cell_id] = rundirs.summary(run_dir) or {}
+
+
+def run(
+    slice_name: str,
+    out: Path,
+    scratch: Path,
+    budget_s: float,
+    slices_file: Path = slices.SLICES_FILE,
+    accelerator: str = "cuda",
+    started: float | None = None,
+) -> int:
+    begun = started if started is not None else float(os.environ.get(STARTED_ENV) or time.time())
+    return NodeRun(slice_name, out, scratch, budget_s, begun, slices_file, accelerator).run()

@@ -1,0 +1,162 @@
+"""A device that holds no memory and counts what it would hold: the rehearsal's stand-in for the GPU.
+
+Tensors made under ``FakeDevice`` are torch's fake tensors (shapes, dtypes and strides, no data), so
+a published model at its published batch and resolution builds and steps in seconds on a CPU with
+little memory. Every storage an op creates is counted while it lives (a weak reference per storage
+says when it dies), so the peak of the bytes alive at once is the peak a real device's allocator
+would have handed out for the same ops: parameters, gradients, optimizer states, the activations
+saved for backward and the temporaries of each op.
+
+What it cannot count is said where the estimate is made (``estimate``): a CUDA context and the
+libraries' workspaces (a fixed allowance), the caching allocator's fragmentation, and memory outside
+torch's allocator (nvJPEG's, DALI's, NCCL's buffers). Autocast runs as the CPU's autocast, whose op
+lists differ from CUDA's in a few ops that do not save large activations.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+GIB = 2**30
+# What the rehearsal holds a cell against: an 80 GB device's memory as its driver reports it (an H100
+# 80GB HBM3: 81,559 MiB total in nvidia-smi, 79.6 GiB; its "80 GB" are binary).
+DEVICE_BYTES = 81_559 * 2**20
+# Beside the allocator's peak: the CUDA context, cuBLAS/cuDNN workspaces and NCCL's buffers, about
+# 0.5-1.5 GiB on an H100 with torch 2.x; the larger figure is held.
+ALLOWANCE_BYTES = int(1.5 * GIB)
+# A cell above this share of the device is said to be tight: fragmentation alone can take the rest.
+TIGHT = 0.90
+
+
+class LiveBytes(TorchDispatchMode):
+    """The bytes of the storages alive now (``current``) and at most (``peak``), over every op that
+    runs while the mode is active. A storage is counted once however many views it has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: dict[int, int] = {}
+        self.refs: dict[int, weakref.ref] = {}
+        self.current = 0
+        self.peak = 0
+
+    def _freed(self, key: int) -> None:
+        self.current -= self.sizes.pop(key, 0)
+        self.refs.pop(key, None)
+
+    def track(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        size = storage.nbytes()
+        known = self.sizes.get(key)
+        if known is None:
+            self.refs[key] = weakref.ref(storage, lambda _ref, key=key: self._freed(key))
+            self.sizes[key] = size
+            self.current += size
+        elif known != size:  # resized in place
+            self.sizes[key] = size
+            self.current += size - known
+        self.peak = max(self.peak, self.current)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor):
+                self.track(value)
+        return out
+
+
+def _stay_put(original: Any) -> Any:
+    """Module.to for models of fake tensors: no move (they are on the fake device already), and a
+    dtype change made by replacing the parameters (fake parameters cannot be swapped in place)."""
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        params = list(self.parameters())
+        if not params or not all(isinstance(p, FakeTensor) for p in params):
+            return original(self, *args, **kwargs)
+        _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            for module in self.modules():
+                for name, param in module._parameters.items():
+                    if param is not None and param.is_floating_point() and param.dtype != dtype:
+                        module._parameters[name] = torch.nn.Parameter(
+                            param.detach().to(dtype), requires_grad=param.requires_grad
+                        )
+                for name, buffer in module._buffers.items():
+                    if buffer is not None and buffer.is_floating_point() and buffer.dtype != dtype:
+                        module._buffers[name] = buffer.to(dtype)
+        return self
+
+    return to
+
+
+def _values_unread(original: Any) -> Any:
+    """torch's truncated normal init redraws until no value is out of bounds, which reads values a
+    fake tensor does not have: fake tensors are left as they are, as torch leaves meta tensors."""
+
+    def trunc_normal(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor if isinstance(tensor, FakeTensor) else original(tensor, *args, **kwargs)
+
+    return trunc_normal
+
+
+@dataclass
+class FakeDevice:
+    """The fake tensors' mode and the count of their bytes; enter it (``with device.on():``) around
+    everything that would run on the GPU, and hand it real tensors from the loader with ``put``."""
+
+    mode: FakeTensorMode = field(default_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
+    live: LiveBytes = field(default_factory=LiveBytes)
+
+    @contextmanager
+    def on(self) -> Iterator[None]:
+        original_to, original_trunc = torch.nn.Module.to, torch.nn.init._no_grad_trunc_normal_
+        torch.nn.Module.to = _stay_put(original_to)  # type: ignore[method-assign]
+        torch.nn.init._no_grad_trunc_normal_ = _values_unread(original_trunc)
+        try:
+            with self.mode, self.live:
+                yield
+        finally:
+            torch.nn.Module.to = original_to  # type: ignore[method-assign]
+            torch.nn.init._no_grad_trunc_normal_ = original_trunc
+
+    def put(self, value: Any) -> Any:
+        """Real tensors (a batch, its targets) onto the fake device, counted (what `.to(device)` does)."""
+
+        def move(item: Any) -> Any:
+            if not isinstance(item, torch.Tensor) or isinstance(item, FakeTensor):
+                return item
+            fake = self.mode.from_tensor(item)
+            self.live.track(fake)
+            return fake
+
+        return tree_map(move, value)
+
+
+def trainable_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def estimate(peak: int, extra: dict[str, int]) -> dict[str, Any]:
+    """The cell's device-memory estimate: the counted peak, what the wrappers hold beside it
+    (``extra``: DDP's gradient buckets, FSDP's low-precision copies), the fixed allowance; held
+    against the device."""
+    total = peak + sum(extra.values()) + ALLOWANCE_BYTES
+    return {
+        "peak_counted_bytes": peak,
+        "extra_bytes": extra,
+        "allowance_bytes": ALLOWANCE_BYTES,
+        "estimate_bytes": total,
+        "device_bytes": DEVICE_BYTES,
+        "share": total / DEVICE_BYTES,
+        "fits": total <= DEVICE_BYTES,
+        "tight": total > TIGHT * DEVICE_BYTES,
+    }

@@ -1,0 +1,25 @@
+"""What a rehearsed cell carries from its real half (arguments, data, one batch, on the CPU) to its
+device half (model, optimizer, steps, on the fake device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Prepared:
+    trainer: str
+    parsed: tuple[Any, ...]  # the trainer's parsed argument dataclasses
+    data: dict[str, Any]  # what the device half needs of the data (a batch, a loader, sizes)
+    ran: list[str] = field(default_factory=list)  # what went through the trainer's own code, in order
+    notes: list[str] = field(default_factory=list)  # how the rehearsal differs from the node's run
+    batch: int = 0
+    image_size: int = 0
+    precision: str = ""
+
+
+def economy_note(economy: dict[str, tuple[Any, Any]]) -> str:
+    """One line of what the rehearsal's data path makes smaller than the cell (never the batch)."""
+    changed = [f"{name} {was} -> {now}" for name, (was, now) in economy.items() if was != now]
+    return "data path made small for the CPU: " + (", ".join(changed) if changed else "nothing")

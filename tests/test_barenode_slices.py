@@ -1,0 +1,211 @@
+"""The bare node's slices, its synthetic JPEG files and the rehearsal's fake device: what a node run
+and its CPU rehearsal rest on, checked without a GPU, a bundle or a network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reprokit.barenode import archive, runner, slices
+from reprokit.errors import ReprokitError
+from reprokit_trainers.common import imagenet
+from reprokit_trainers.rehearsal import fakedevice
+from reprokit_trainers.rehearsal.__main__ import device_key, line
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c", "d"])
+def test_every_slice_plans_published_cells_on_one_cuda_device(name):
+    planned = slices.plan(name)
+    assert planned, name
+    for item in planned:
+        cell = item.cell
+        assert cell.accelerator == "cuda" and cell.devices == 1 and cell.scale == "published"
+        if item.left_out is None:
+            assert item.seconds > 0
+            assert cell.args.get("synthetic_data") is True  # offline: no hub on the node
+
+
+def test_the_check_slice_runs_three_steps_of_each_trainer():
+    planned = slices.plan("a")
+    assert {p.cell.trainer for p in planned} == {"bridgetower", "volo", "vit"}
+    assert all(p.cell.args["max_steps"] == 3 for p in planned)
+    assert slices.get("a").checks == ["device", "matmul", "energy"]
+
+
+def test_the_ladder_starts_from_a_true_fp32_baseline_of_its_own():
+    planned = {p.cell.cell_id: p.cell for p in slices.plan("d")}
+    fp32 = planned["vit-speedups--baseline-fp32"]
+    assert fp32.args["tf32"] is False and fp32.args["amp"] == "no"
+    assert not fp32.baseline and not fp32.references  # not the publication's baseline nor its figures
+    assert (
+        planned["vit-speedups--baseline"].baseline and planned["vit-speedups--baseline"].args["tf32"] is True
+    )
+
+
+def test_dali_is_left_out_of_the_volo_slice_and_says_why():
+    left = [p for p in slices.plan("c") if p.left_out]
+    assert [p.cell.variant for p in left] == ["pretrain-d5-dali"]
+    assert "64 MiB" in left[0].left_out
+
+
+def test_shortened_cells_run_the_warm_up_and_the_measured_steps():
+    planned = {p.cell.cell_id: p.cell for p in slices.plan("b")}
+    cell = planned["bridgetower--workers0"]
+    assert cell.args["max_steps"] == cell.args["throughput_warmup_steps"] + slices.load().measured_steps
+    # BridgeTower makes its synthetic rows up front: only as many as the steps consume.
+    assert cell.args["synthetic_num_train"] == 48 * (cell.args["max_steps"] + 1)
+
+
+def test_a_slice_argument_outside_the_trainers_schema_is_one_line_naming_the_file(tmp_path):
+    bad = tmp_path / "slices.yaml"
+    bad.write_text(
+        "measured_steps: 2\nslices:\n  x:\n    title: t\n    cells:\n"
+        "      - {recipe: vit-speedups, variant: baseline, seconds: 10, args: {per_device_train_batch_size: 0}}\n"
+    )
+    with pytest.raises(
+        ReprokitError,
+        match=r"slices.yaml \(slice x, cell 1: vit-speedups baseline\).*per_device_train_batch_size",
+    ):
+        slices.plan("x", path=bad)
+
+
+def test_an_unknown_key_in_the_slices_file_is_named(tmp_path):
+    bad = tmp_path / "slices.yaml"
+    bad.write_text("measured_steps: 2\nslices:\n  x:\n    title: t\n    cels: []\n")
+    with pytest.raises(ReprokitError, match="x.cels: unknown key"):
+        slices.load(bad)
+
+
+def test_an_unknown_slice_lists_the_known_ones():
+    with pytest.raises(ReprokitError, match="its slices: a, b, c, d"):
+        slices.get("e")
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic JPEG files, written once on the node
+
+
+def test_the_synthetic_pool_is_written_once_as_files_and_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv(imagenet.SYNTHETIC_FILES, str(tmp_path / "jpegs"))
+    first = imagenet.SyntheticImageSource(100, pool_size=4, seed=3)
+    files = sorted((tmp_path / "jpegs").rglob("*.JPEG"))
+    assert len(files) == 4
+    written = {p: p.stat().st_mtime_ns for p in files}
+    second = imagenet.SyntheticImageSource(100, pool_size=4, seed=3)
+    assert {p: p.stat().st_mtime_ns for p in files} == written  # read, not written again
+    monkeypatch.delenv(imagenet.SYNTHETIC_FILES)
+    in_memory = imagenet.SyntheticImageSource(100, pool_size=4, seed=3)
+    assert (
+        [second.read(i) for i in range(4)]
+        == [in_memory.read(i) for i in range(4)]
+        == [first.read(i) for i in range(4)]
+    )
+    assert second.describe(5).endswith(".JPEG")
+    monkeypatch.setenv(imagenet.SYNTHETIC_FILES, str(tmp_path / "jpegs"))
+    source, described = imagenet.ImageNetArguments(
+        synthetic_num_train=100, synthetic_pool_size=4, synthetic_seed=3
+    ).image_source()
+    assert described["data"] == "synthetic" and described["synthetic_files"] == str(files[0].parent)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fake device's count
+
+
+def test_the_fake_device_counts_what_lives_and_its_peak():
+    device = fakedevice.FakeDevice()
+    with device.on():
+        model = torch.nn.Linear(1024, 1024)  # 4 MiB of weight, 4 KiB of bias
+        params = device.live.current
+        assert params == (1024 * 1024 + 1024) * 4
+        x = device.put(torch.ones(256, 1024))  # 1 MiB, real data put on the device
+        y = model(x)
+        y.sum().backward()
+        del x, y
+    assert device.live.peak >= params + 2 * 256 * 1024 * 4
+    # The activations died with their tensors; the gradients live on.
+    assert device.live.current == 2 * params
+
+
+def test_a_cell_over_the_device_does_not_fit_and_says_so():
+    memory = fakedevice.estimate(79 * 2**30, {"DDP gradient buckets": 2**30})
+    assert not memory["fits"]
+    result = {"status": "ok", "cell_id": "x", "parameters": 1e6, "batch": 8, "image_size": 224,
+              "precision": "bf16", "memory": memory, "seconds": 1.0}  # fmt: skip
+    assert "DOES NOT FIT" in line(result)
+
+
+def test_cells_that_differ_only_on_the_host_share_one_device_step():
+    argv = ["--output_dir", "/a", "--per_device_train_batch_size", "48", "--dataloader_num_workers", "0"]
+    other = ["--output_dir", "/b", "--per_device_train_batch_size", "48", "--dataloader_num_workers", "2"]
+    assert device_key("bridgetower", argv) == device_key("bridgetower", other)
+    assert device_key("bridgetower", argv) != device_key(
+        "bridgetower", [*argv, "--image_pipeline", "gpu_decode"]
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The archive
+
+
+def test_the_archive_never_carries_a_checkpoint_and_stays_under_its_limit(tmp_path):
+    run = tmp_path / "session" / "runs" / "volo--pretrain-d5"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "checkpoint" / "model.pt").write_bytes(b"w" * 1024)
+    (run / "summary.json").write_text('{"status": "ok"}')
+    (run / "stdout.log").write_bytes(b"x" * (archive.LOG_TAIL_BYTES * 3))
+    packed = archive.pack(tmp_path / "out.tar.gz", {"session": tmp_path / "session"})
+    names = subprocess.run(
+        ["tar", "tzf", str(tmp_path / "out.tar.gz")], capture_output=True, text=True
+    ).stdout
+    assert "summary.json" in names and "checkpoint" not in names and "archive.json" in names
+    assert packed["bytes"] <= archive.LIMIT_BYTES
+
+
+# ----------------------------------------------------------------------------------------------
+# The budget
+
+
+def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPROKIT_LOCK_DIR", str(tmp_path / "lock"))
+    (tmp_path / "lock").mkdir()
+    spec = tmp_path / "slices.yaml"
+    spec.write_text(
+        "measured_steps: 2\nslices:\n  x:\n    title: too long\n    cells:\n"
+        "      - {recipe: vit-speedups, variant: baseline, seconds: 5000}\n"
+    )
+    code = runner.run(
+        "x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=spec, accelerator="cpu"
+    )
+    row = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[0])
+    assert code == 1 and row["status"] == "skipped"
+    assert "needs about 5000 s" in row["error"] and "--budget-s 60" in row["error"]
+    log = (tmp_path / "out" / "runner.log").read_text()
+    assert "would not fit in --budget-s 60: vit-speedups--baseline" in log
+
+
+def test_the_node_command_refuses_a_bundle_made_for_another_python_in_one_line(tmp_path):
+    bundle = tmp_path / "bundle"
+    (bundle / "wheels").mkdir(parents=True)
+    (bundle / "manifest.json").write_text(json.dumps({"node": {"python": "3.99"}, "wheels": []}))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "barenode" / "run.py"), "a", "--bundle", str(bundle),
+         "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "scratch")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        done.stdout.strip()
+        .splitlines()[-1]
+        .endswith(
+            f"was made for Python 3.99, this is {sys.version_info.major}.{sys.version_info.minor} ({sys.executable}): "
+            f"rebuild it with --python-version {sys.version_info.major}.{sys.version_info.minor}"
+        )
+    )
