@@ -135,12 +135,12 @@ def record_kit(trainer: str, world: int, **overrides: Any) -> dict[str, Any]:
 def held_to_upstream(kit: dict[str, Any], upstream: dict[str, Any]) -> None:
     """The loop's own events of each steady step equal upstream's, the backward hooks too; the meter
     adds only a synchronize after a loop's sync in a step that logs."""
+    assert kit["backward_hooks"] == upstream["backward_hooks"], "hooks on the backward pass"
     for kind in ("step", "logging_step"):
         assert kit[kind] == upstream[kind], (
             f"{kind}: the kit's loop {list(zip(kit[kind], kit[f'{kind}_where'], strict=True))}, "
             f"upstream's {list(zip(upstream[kind], upstream[f'{kind}_where'], strict=True))}"
         )
-    assert kit["backward_hooks"] == upstream["backward_hooks"], "hooks on the backward pass"
     assert not kit["meter"].get("step"), f"the meter in a step that does not log: {kit['meter']['step']}"
     extra = set(kit["meter"].get("logging_step", [])) - {"sync:synchronize"}
     assert not extra, f"the meter in a step that logs: {sorted(extra)}"
