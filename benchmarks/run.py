@@ -10,7 +10,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
   `reprokit` (which must not import torch);
 - the trainers' meter on and off on a real small training loop (meter.py): the ratio of samples
-  per second with it and without, which must be within 1%.
+  per second with it and without, which must be within 1%; and the same on a DDP run of two CPU
+  processes and 48 gradient buckets, beside a per-bucket Python communication hook's cost.
 - `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py);
 - the MLflow export of a 1,000-step run into SQLite (mlflow_export.py), which must take under 3 s.
 
@@ -311,7 +312,10 @@ def main() -> None:
     if args.only == "meter":
         measured = meter.measure()
         _print(measured, "the meter on and off: a small CPU training loop, on and off steps in turn")
-        print(f"wrote {_write(measured, 'meter')}\n{meter.verdict(measured)}")
+        ddp = meter.ddp_measure()
+        _print(ddp, "the meter on and off on DDP: two CPU processes (gloo), 48 buckets, kinds in turn")
+        print(f"wrote {_write(measured, 'meter')} and {_write(ddp, 'meter-ddp')}")
+        print(f"{meter.verdict(measured)}\n{meter.ddp_verdict(ddp)}")
         return
     if args.only == "history":
         _history()
@@ -334,9 +338,11 @@ def main() -> None:
     _print(kernels, "VOLO: the publication's kernels and those beyond it (ms, one core)")
     measured = meter.measure()
     _print(measured, "the meter on and off: a small CPU training loop, on and off steps in turn")
+    ddp = meter.ddp_measure()
+    _print(ddp, "the meter on and off on DDP: two CPU processes (gloo), 48 buckets, kinds in turn")
     print(
         f"wrote {_write(rows, 'data-path')}, {_write(costs, 'overhead')}, {_write(counted, 'flops')}, "
-        f"{_write(kernels, 'volo-kernels')} and {_write(measured, 'meter')}"
+        f"{_write(kernels, 'volo-kernels')}, {_write(measured, 'meter')} and {_write(ddp, 'meter-ddp')}"
     )
     by_name = {r["name"]: r for r in rows if r["workers"] == 0}
     for name in ("kit", "kit-draft"):
@@ -350,6 +356,7 @@ def main() -> None:
     # The headline: the kit's fastest CPU path (fast IDCT, then the published resample) against the published one.
     print(f"data path: {by_name['kit-draft']['ratio_vs_published']:.1f}x")
     print(meter.verdict(measured))
+    print(meter.ddp_verdict(ddp))
     _history()
     _mlflow()
 

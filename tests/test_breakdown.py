@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import distributed, rundir  # noqa: E402
+from reprokit_trainers.common import distributed, rundir, streams  # noqa: E402
 from reprokit_trainers.common.breakdown import DEVICE, HOST, Breakdown  # noqa: E402
 from reprokit_trainers.common.rundir import RunDir, ThroughputMeter  # noqa: E402
 from reprokit_trainers.common.steps import StepLogger  # noqa: E402
@@ -24,7 +24,9 @@ def clock(monkeypatch):
     """A controllable perf_counter (the meter's and the breakdown's) and a count of device syncs."""
     state = {"now": 100.0, "syncs": 0}
     monkeypatch.setattr(rundir.time, "perf_counter", lambda: state["now"])
-    monkeypatch.setattr(rundir, "_synchronize", lambda: state.__setitem__("syncs", state["syncs"] + 1))
+    monkeypatch.setattr(
+        streams, "synchronize", lambda device=None: state.__setitem__("syncs", state["syncs"] + 1)
+    )
     return state
 
 
@@ -117,7 +119,9 @@ def test_on_a_gpu_only_the_wait_the_device_sat_idle_counts(
     device = ModelledDevice(clock)
     # The meter's synchronize waits for the device to finish what was queued.
     monkeypatch.setattr(
-        rundir, "_synchronize", lambda: clock.__setitem__("now", max(clock["now"], device.free_at))
+        streams,
+        "synchronize",
+        lambda device_=None: clock.__setitem__("now", max(clock["now"], device.free_at)),
     )
     meter = ThroughputMeter(warmup_steps=2, breakdown=Breakdown(events=device.event))
     for step, _ in enumerate(meter.breakdown.batches(scripted_loader(clock, 12, wait=wait)), start=1):
@@ -172,13 +176,13 @@ def test_a_data_bound_loader_waits_longer_without_workers_than_with_two(tmp_path
     assert helped["compute"] > alone["compute"]
 
 
-def _train_two_ranks(rank: int, store_path: str, hooked: bool, out: str) -> None:
+def _train_two_ranks(rank: int, store_path: str, watched: bool, out: str) -> None:
     store = torch.distributed.FileStore(store_path, 2)
     torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=2)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 8))
     meter = ThroughputMeter(warmup_steps=0, breakdown=Breakdown(events=None))
-    if hooked:
+    if watched:
         meter.breakdown.watch(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(rank)  # each rank its own data
@@ -191,8 +195,9 @@ def _train_two_ranks(rank: int, store_path: str, hooked: bool, out: str) -> None
     if rank == 0:
         summary = meter.breakdown.summary(meter.after_warmup()["seconds"], "steps 1-3")
         weights = [p.detach().flatten().tolist() for p in model.parameters()]
+        hooks = model._get_ddp_logging_data().get("comm_hook")
         with open(out, "w") as fh:
-            json.dump({"weights": weights, "breakdown": summary}, fh)
+            json.dump({"weights": weights, "breakdown": summary, "hooks": hooks}, fh)
     # Leave together and skip gloo's teardown, which is not what this test checks: beside a peer
     # still tearing down, a rank aborts now and then (std::terminate, SIGABRT; once in three CI runs
     # here even after a barrier). A trainer's ok summary, written before, outlives such an abort.
@@ -201,17 +206,21 @@ def _train_two_ranks(rank: int, store_path: str, hooked: bool, out: str) -> None
 
 
 @pytest.mark.slow
-def test_the_timing_hook_leaves_ddps_gradients_as_the_default_all_reduce_makes_them(tmp_path):
+def test_ddps_own_timers_time_two_ranks_all_reduce_with_no_hook_and_the_same_gradients(tmp_path):
     found = {}
-    for hooked in (False, True):
-        out = tmp_path / f"hooked{hooked}.json"
-        store = tmp_path / f"store{hooked}"
-        torch.multiprocessing.spawn(_train_two_ranks, args=(str(store), hooked, str(out)), nprocs=2)
-        found[hooked] = json.loads(out.read_text())
+    for watched in (False, True):
+        out = tmp_path / f"watched{watched}.json"
+        store = tmp_path / f"store{watched}"
+        torch.multiprocessing.spawn(_train_two_ranks, args=(str(store), watched, str(out)), nprocs=2)
+        found[watched] = json.loads(out.read_text())
     assert found[True]["weights"] == found[False]["weights"]
     timed, untimed = found[True]["breakdown"], found[False]["breakdown"]
     assert timed["communication"] is not None and 0 < timed["seconds"]["communication"] < timed["window_s"]
-    assert timed["communication_timed"].startswith("DDP all-reduce in flight")
+    assert (
+        timed["communication_timed"].startswith("DDP's reducer timers")
+        and "every iteration" in timed["communication_timed"]
+    )
+    assert found[True]["hooks"] is None  # no Python runs per bucket
     assert untimed["communication"] is None
 
 
@@ -232,8 +241,10 @@ def test_the_trainers_one_rank_group_times_its_ddp_all_reduce(clock):
             clock["now"] += 1.0
             meter.step_end(4, boundary=step == 2)
         summary = meter.breakdown.summary(meter.after_warmup()["seconds"], "steps 1-2")
-        # The hook ran on each step (its spans are on the frozen test clock: zero long).
-        assert summary["communication"] == 0.0 and summary["communication_timed"].startswith("DDP")
+        # DDP's reducer timed the first step's all-reduce on its own clock (read as the second ended): a
+        # real fraction of a millisecond, in a window of two seconds on the test's clock.
+        assert 0 < summary["seconds"]["communication"] < 0.1
+        assert summary["communication_timed"].startswith("DDP's reducer timers")
     finally:
         torch.distributed.destroy_process_group()
 
@@ -244,4 +255,4 @@ def test_several_processes_without_ddp_say_their_communication_is_not_timed(monk
     monkeypatch.setattr(breakdown, "world_size", lambda: 8)
     found = Breakdown(events=None)
     found.watch(torch.nn.Linear(2, 2))
-    assert found.communication == "not timed (Linear exposes no communication hook the kit times)"
+    assert found.communication == "not timed (Linear exposes no DDP reducer timers)"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from reprokit_trainers.common import precision, rundir
+from reprokit_trainers.common import precision, rundir, streams
 from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
 
 
@@ -24,7 +24,7 @@ def clock(monkeypatch):
     def sync():
         state["syncs"] += 1
 
-    monkeypatch.setattr(rundir, "_synchronize", sync)
+    monkeypatch.setattr(streams, "synchronize", lambda device=None: sync())
     return state
 
 

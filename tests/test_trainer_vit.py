@@ -372,6 +372,8 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
             "attention": "math", "optimizer": "adamw-per-tensor", "mixed_precision": "fp32",
             # One rank's gradients fit DDP's first bucket: one all-reduce once backward is done.
             "ddp": "ddp-after-backward", "tf32": tf32, "data_path": "pycls",
+            # pycls's loop: the labels checked and the top-k errors read every step, zero-filled gradients.
+            "host_sync": "every-step", "zero_grad": "zeros",
         }  # fmt: skip
     else:
         assert summary["software"]["optimizer"] == "adamw-foreach"
@@ -380,7 +382,7 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
         assert summary["software"]["mixed_precision"] == "amp-fp16"
     rows = list(csv.DictReader((out / "throughput.csv").open()))
     assert [int(r["step"]) for r in rows] == [2, 4]
-    # Where the window went: the loader's wait timed; DDP's all-reduce timed by the hook even on one rank.
+    # Where the window went: the loader's wait timed; DDP's all-reduce timed by its reducer even on one rank.
     breakdown = summary["breakdown"]
     assert (
         breakdown["data_wait"] > 0
@@ -389,7 +391,7 @@ def test_a_smoke_run_writes_the_run_directory(tmp_path, rung):
     )
     if switches["--sharding"] == "ddp":
         assert breakdown["communication"] >= 0 and breakdown["communication_timed"].startswith(
-            "DDP all-reduce"
+            "DDP's reducer timers"
         )
     else:
         assert breakdown["communication"] is None

@@ -151,7 +151,8 @@ def reading(rows: list[Row]) -> list[Line]:
                 "Shares of each cell's measured window (after its warm-up), rank 0's, timed by "
                 f"{' and '.join(basis) or 'the meter'}: data wait is the time the loop blocked on its next "
                 "batch (on a GPU, the part the device sat idle); compute the steps themselves; communication "
-                "the time a DDP all-reduce was in flight (it overlaps the backward pass); other the rest.",
+                "the time a DDP all-reduce was in flight, as DDP's reducer times it (it overlaps the backward "
+                "pass); other the rest.",
             )
         )
     return out

@@ -1,7 +1,7 @@
 """Regenerate tests/conformance/bridgetower_golden.json from optimum-habana v1.7.0 and transformers 4.31.
 
     git clone https://github.com/huggingface/optimum-habana /path/to/optimum-habana   # has tag v1.7.0
-    python -m venv side && side/bin/pip install torch torchvision "transformers==4.31.0" "tokenizers==0.13.3" opencv-python-headless
+    python -m venv side && side/bin/pip install torch torchvision numpy pillow "transformers==4.31.0" "tokenizers==0.13.3" "accelerate==0.21.0"
     side/bin/python tests/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana
 
 Nothing upstream is copied into the kit: the example script ``run_bridgetower.py`` is read from the
@@ -10,6 +10,10 @@ are executed (the script imports optimum.habana, which needs Habana's stack, so 
 whole). transformers 4.31 (the release optimum-habana 1.7.0 pins) gives the loss of a tiny
 BridgeTowerForContrastiveLearning whose parameters follow ``weights.py``'s rule, and its Trainer's
 default optimizer: its parameter groups, one step and its learning-rate schedule. The inputs are fixed: the two JPEGs committed in the fixture (one RGB, one grey).
+The Trainer needs accelerate (4.31 asks for it at run time, not as a dependency): 0.21.0, the release
+of 4.31's month. Last, the Trainer's loop itself trains the tiny model four steps in one process and
+in two (looprecord.py): what each step makes a GPU wait for, which tests/test_conformance_loop.py
+holds the kit's published cells to. ``--loop-only`` records the loop again and keeps the rest.
 
 torchvision: the 2023 runs had torchvision 0.15-0.16, whose tensor Resize did not antialias unless
 asked; today's antialiases by default. The upstream Transform is run with that 2023 default restored
@@ -25,6 +29,7 @@ import io
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +40,7 @@ from weights import deterministic_  # noqa: E402
 REPOSITORY, TAG = "huggingface/optimum-habana", "v1.7.0"
 SCRIPT = "examples/contrastive-image-text/run_bridgetower.py"
 IMAGE_SIZE = 28
+UPSTREAM_MODULES: tuple[str, ...] = ()  # the example script is read from the clone, not imported
 TINY = {
     "text_config": {"vocab_size": 99, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
                     "intermediate_size": 64, "max_position_embeddings": 40},
@@ -108,10 +114,77 @@ def summary(tensor) -> dict:
     }
 
 
+# The loop (looprecord.py): transformers 4.31's Trainer.train over LOOP_STEPS steps.
+LOOP_STEPS, LOOP_LOGGING_STEPS, LOOP_WORLDS, LOOP_BATCH = 4, 2, (1, 2), 2
+LOOP_FACTS = [
+    "zero_grad: transformers 4.31's loop calls model.zero_grad() (trainer.py, _inner_training_loop) "
+    "without set_to_none, so the torch beneath decides: torch 2.0 and later free the gradients "
+    "(set_to_none=True, torch/nn/modules/module.py of v2.0.0), torch 1.x filled them with zeros. The "
+    "GPU runs' torch is not named (NVIDIA's containers from 23.03 on carry torch 2.x); recorded here "
+    "with torch 2's default.",
+    "bf16: the published GPU cells train under bf16 autocast, which needs no loss scaler: no sync "
+    "beyond those recorded in fp32 on the CPU.",
+]
+
+
+def loop_rank(rank: int, world: int, source: str) -> dict:
+    """One rank of the Trainer's loop on the example's collated batches, recorded."""
+    import looprecord
+    import torch
+    from accelerate.data_loader import DataLoaderShard
+    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
+
+    upstream = upstream_functions(source)
+    generator = torch.Generator().manual_seed(rank)
+    rows = [
+        {
+            "pixel_values": torch.randn(3, IMAGE_SIZE, IMAGE_SIZE, generator=generator),
+            "input_ids": [0, 5 + index % 7, 7, 2],
+            "attention_mask": [1, 1, 1, 1],
+        }
+        for index in range(LOOP_STEPS * LOOP_BATCH * world)
+    ]
+    model = BridgeTowerForContrastiveLearning(BridgeTowerConfig(**TINY))
+    deterministic_(dict(model.named_parameters()))
+    # The published command's training arguments that decide the loop (run_bridgetower's README):
+    # no unused columns removed, its logging interval; fp32 on the CPU; no checkpoints.
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=LOOP_BATCH, max_steps=LOOP_STEPS,
+        logging_steps=LOOP_LOGGING_STEPS, learning_rate=1e-5, remove_unused_columns=False, report_to=[],
+        save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, no_cuda=True,
+    )  # fmt: skip
+    recorder = looprecord.Recorder()
+    with recorder.recording(), recorder.fetches(DataLoaderShard):
+        recorder.on_device(model)
+        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=upstream["collate_fn"])
+        trainer.train()
+
+    def logged(step: int) -> bool:
+        return step % LOOP_LOGGING_STEPS == 0
+
+    return looprecord.sequences(recorder, logged, LOOP_STEPS)
+
+
+def record_loop(source: str) -> dict:
+    import looprecord
+
+    return {
+        "steps": LOOP_STEPS,
+        "logging_steps": LOOP_LOGGING_STEPS,
+        "worlds": {
+            str(world): looprecord.in_ranks(world, loop_rank, source, env=True) for world in LOOP_WORLDS
+        },
+        "facts": LOOP_FACTS,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--optimum-habana", required=True, help="a clone of huggingface/optimum-habana")
     parser.add_argument("--out", default=str(HERE / "bridgetower_golden.json"))
+    parser.add_argument(
+        "--loop-only", action="store_true", help="record the Trainer's loop again, keep the other values"
+    )
     args = parser.parse_args()
     import torch
     import torchvision
@@ -125,6 +198,12 @@ def main() -> None:
     source = subprocess.run(
         [*git, "show", f"{commit}:{SCRIPT}"], capture_output=True, text=True, check=True
     ).stdout
+    if args.loop_only:
+        golden = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+        golden["loop"] = record_loop(source)
+        Path(args.out).write_text(json.dumps(golden, indent=1) + "\n")
+        print(f"wrote the loop into {args.out}")
+        return
     upstream = upstream_functions(source)
     transform = upstream["Transform"](IMAGE_SIZE, CLIP_MEAN, CLIP_STD)
     jpegs = golden_jpegs()
@@ -200,7 +279,13 @@ def main() -> None:
             },
             "learning_rates": learning_rates,
         },  # fmt: skip
+        # The Trainer's loop: what it makes a GPU wait for, step by step (looprecord.py).
+        "loop": record_loop(source),
     }
+    # What this run loaded that nothing else asks for: the install line must name it all.
+    import environment
+
+    golden["made_with"]["loaded_roots"] = environment.loaded_roots()
     Path(args.out).write_text(json.dumps(golden, indent=1) + "\n")
     print(f"wrote {args.out}")
 

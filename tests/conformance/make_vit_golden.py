@@ -1,20 +1,24 @@
 """Regenerate tests/conformance/vit_golden.json from facebookresearch/pycls itself.
 
     git clone https://github.com/facebookresearch/pycls /path/to/pycls     # any clone with the commits
-    python -m venv side && side/bin/pip install torch yacs iopath simplejson opencv-python-headless matplotlib
+    python -m venv side && side/bin/pip install torch numpy yacs iopath simplejson opencv-python-headless matplotlib submitit fairscale
     side/bin/python tests/conformance/make_vit_golden.py --pycls /path/to/pycls
 
 Nothing of pycls is copied into the kit: each pinned commit's ``pycls/`` is exported from the given
 clone (``git archive``) into a temporary folder and imported from there, in its own process. The
 inputs are small and fixed (a tiny ViT whose every parameter is set by ``weights.py``'s rule, three
 images, three labels, two JPEGs committed in the fixture) so the values are deterministic; the fixture
-records the repository, the commits, the torch and numpy the values were made with, and this command.
+records the repository, the commits, the torch and numpy the values were made with, this command,
+and the distributions the run loaded (``loaded_roots``; pycls imports submitit, and its trainer
+fairscale, wherever they are used).
 
 What is recorded: for each classifier (token, pooled) and layout (batch-first: pycls before its
 batch-second commit; batch-second: after it) the logits, the loss with pycls's label smoothing, each
 parameter's gradient norm and its norm after one step of pycls's optimizer (OPTIM.MTA: the multi-tensor
 AdamW) with its parameter groups; pycls's learning rate per epoch; and its training data path on the
-two JPEGs (AutoAugment off: pycls's own AutoAugment draws with Python's random, the kit's is timm's).
+two JPEGs (AutoAugment off: pycls's own AutoAugment draws with Python's random, the kit's is timm's);
+and pycls's training loop itself at main's commit (train_epoch, four steps in one process and in
+two): what each step makes a GPU wait for (looprecord.py; tests/test_conformance_loop.py).
 torch 2 runs pycls's nn.MultiheadAttention(need_weights=False) on fused SDPA where torch 1.x ran bmm,
 softmax, bmm: the values agree to float rounding; which kernels ran is tested by dispatch, not here.
 """
@@ -32,6 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import environment  # noqa: E402
 from weights import deterministic_, images, jpegs  # noqa: E402
 
 REPOSITORY = "facebookresearch/pycls"
@@ -42,6 +47,8 @@ IM_SIZE, NUM_CLASSES, LABELS = 32, 10, [1, 4, 7]
 # pycls's ViT recipe (configs/fsdp/example.yaml) where it matters here.
 OPTIM = {"BASE_LR": 1e-3, "MIN_LR": 0.005, "MAX_EPOCH": 100, "WARMUP_EPOCHS": 5, "WEIGHT_DECAY": 0.24}
 DATA_SIZE = 16  # the data transform's crop: small enough to keep in the fixture whole
+# The upstream checkout's modules (not distributions): what the install line need not name.
+UPSTREAM_MODULES = ("pycls",)
 DATA_SEEDS = [3, 11]
 
 
@@ -60,18 +67,24 @@ def configure(classifier: str) -> None:
         setattr(cfg.OPTIM, key, value)
 
 
+def multi_tensor_alias() -> None:
+    """torch 1.12-2.x defined _multi_tensor.AdamW as AdamW(foreach=True); today's torch dropped the
+    alias. pycls's OPTIM.MTA asks for it by that name."""
+    import torch
+
+    if not hasattr(torch.optim, "_multi_tensor"):
+        import types
+        from functools import partial
+
+        torch.optim._multi_tensor = types.SimpleNamespace(AdamW=partial(torch.optim.AdamW, foreach=True))
+
+
 def worker(layout: str) -> dict:
     """In a process whose sys.path starts with one commit's export: pycls's own values."""
     import numpy as np
     import torch
 
-    if not hasattr(torch.optim, "_multi_tensor"):
-        # torch 1.12-2.x defined _multi_tensor.AdamW as AdamW(foreach=True); today's torch dropped
-        # the alias. pycls's OPTIM.MTA asks for it by that name.
-        import types
-        from functools import partial
-
-        torch.optim._multi_tensor = types.SimpleNamespace(AdamW=partial(torch.optim.AdamW, foreach=True))
+    multi_tensor_alias()
     from pycls.core import builders, net
     from pycls.core import optimizer as optim
     from pycls.models.vit import ViT
@@ -112,7 +125,93 @@ def worker(layout: str) -> dict:
         prepared = dataset._prepare_im(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
         out["data"].append({"seed": seed, "shape": list(prepared.shape), "dtype": str(prepared.dtype),
                             "values": [round(float(v), 6) for v in prepared.flatten()]})  # fmt: skip
+    out["loaded_roots"] = environment.loaded_roots()
     return out
+
+
+# The loop (looprecord.py): pycls's train_epoch over LOOP_STEPS batches at main's commit.
+LOOP_STEPS, LOOP_LOG_PERIOD, LOOP_WORLDS, LOOP_BATCH = 4, 2, (1, 2), 3
+# torch 1.9-1.11 (what the publication ran): Optimizer.zero_grad(self, set_to_none: bool = False)
+# (torch/optim/optimizer.py of v1.11.0); pycls's train_epoch calls optimizer.zero_grad().
+TORCH_1_ZERO_GRAD_SET_TO_NONE = False
+LOOP_FACTS = [
+    "zero_grad: pycls's train_epoch calls optimizer.zero_grad(), whose default on torch 1.9-1.11 was "
+    "set_to_none=False (torch/optim/optimizer.py, v1.11.0): gradients filled with zeros.",
+    "amp: with TRAIN.MIXED_PRECISION the loop's torch.cuda.amp.GradScaler reads found_inf with .item() "
+    "in every scaler.step: one more sync a step on a GPU, not recordable on the CPU (the scaler is off "
+    "there).",
+    "fsdp: the FSDP rungs ran fairscale's FullyShardedDataParallel, whose hooks differ from torch's "
+    "FSDP by construction; the recorded loop is the DDP one (the ladder's baseline).",
+]
+
+
+def loop_rank(rank: int, world: int) -> dict:
+    """One rank of pycls's train_epoch, recorded (a process of its own for each rank of two)."""
+    from copy import deepcopy
+
+    import looprecord
+    import numpy as np
+    import torch
+    import torch.cuda.amp as amp
+    from pycls.core import builders, meters, trainer
+    from pycls.core import optimizer as optim
+    from pycls.core.config import cfg
+
+    multi_tensor_alias()
+    configure("token")
+    cfg.NUM_GPUS, cfg.LOG_PERIOD, cfg.TRAIN.BATCH_SIZE = world, LOOP_LOG_PERIOD, LOOP_BATCH * world
+    cfg.TRAIN.MIXED_PRECISION = False  # fp32 on the CPU: the scaler is off (LOOP_FACTS)
+    torch.manual_seed(0)
+    np.random.seed(rank)
+    model = builders.build_model()
+    deterministic_(dict(model.named_parameters()))
+    images_ = np.random.default_rng(rank).standard_normal(
+        (LOOP_STEPS * LOOP_BATCH * world, 3, IM_SIZE, IM_SIZE)
+    )
+    dataset = [(image.astype(np.float32), index % NUM_CLASSES) for index, image in enumerate(images_)]
+    sampler = (
+        torch.utils.data.DistributedSampler(dataset) if world > 1 else torch.utils.data.RandomSampler(dataset)
+    )
+    loader = torch.utils.data.DataLoader(dataset, batch_size=LOOP_BATCH, sampler=sampler, drop_last=True)
+    recorder = looprecord.Recorder(zero_grad_default=TORCH_1_ZERO_GRAD_SET_TO_NONE)
+    with recorder.recording():
+        # pycls's setup_model and train_model, in their order (trainer.py): the model on the device,
+        # DDP over it, the EMA copy, the loss, the optimizer, the meter, the scaler.
+        recorder.on_device(model)
+        ema = deepcopy(model)
+        if world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(module=model)
+        loss_fun = builders.build_loss_fun()
+        optimizer = optim.construct_optimizer(model)
+        meter = meters.TrainMeter(len(loader))
+        scaler = amp.GradScaler(enabled=cfg.TRAIN.MIXED_PRECISION)
+        trainer.train_epoch(recorder.loader(loader), model, ema, loss_fun, optimizer, scaler, meter, 0)
+
+    def logged(step: int) -> bool:  # meter.log_iter_stats: (cur_iter + 1) % LOG_PERIOD == 0
+        return step % LOOP_LOG_PERIOD == 0
+
+    return looprecord.sequences(recorder, logged, LOOP_STEPS)
+
+
+def loop_worker() -> dict:
+    """In a process whose sys.path starts with main's export: pycls's loop in one and two ranks."""
+    import looprecord
+
+    worlds = {str(world): looprecord.in_ranks(world, loop_rank) for world in LOOP_WORLDS}
+    return {
+        "steps": LOOP_STEPS,
+        "log_period": LOOP_LOG_PERIOD,
+        "worlds": worlds,
+        "facts": LOOP_FACTS,
+        "loaded_roots": environment.loaded_roots(),
+    }
+
+
+def worker_output(result: subprocess.CompletedProcess) -> dict:
+    """A worker's JSON, or its error's last lines and a non-zero exit."""
+    if result.returncode != 0:
+        raise SystemExit(f"make_vit_golden.py: a worker failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -122,7 +221,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "vit_golden.json"))
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker)))
+        print(json.dumps(loop_worker() if args.worker == "loop" else worker(args.worker)))
         return
     import numpy
     import torch
@@ -159,9 +258,27 @@ def main() -> None:
             subprocess.run(["tar", "-x", "-C", export], input=archive.stdout, check=True)
             result = subprocess.run(
                 [sys.executable, __file__, "--worker", layout],
-                capture_output=True, text=True, check=True, env={"PYTHONPATH": export, "PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, env={"PYTHONPATH": export, "PATH": "/usr/bin:/bin"},
             )  # fmt: skip
-        golden["layouts"][layout] = json.loads(result.stdout.strip().splitlines()[-1])
+        golden["layouts"][layout] = worker_output(result)
+        if layout == "batch_second":  # the training loop, at main's commit (looprecord.py)
+            with tempfile.TemporaryDirectory() as export:
+                archive = subprocess.run(
+                    ["git", "-C", args.pycls, "archive", full, "pycls"], capture_output=True, check=True
+                )
+                subprocess.run(["tar", "-x", "-C", export], input=archive.stdout, check=True)
+                result = subprocess.run(
+                    [sys.executable, __file__, "--worker", "loop"],
+                    capture_output=True, text=True, env={"PYTHONPATH": export, "PATH": "/usr/bin:/bin"},
+                )  # fmt: skip
+            golden["loop"] = worker_output(result)
+    # What the runs loaded that nothing else asks for: the install line must name it all.
+    golden["made_with"]["loaded_roots"] = sorted(
+        {
+            *golden["loop"].pop("loaded_roots"),
+            *(n for r in golden["layouts"].values() for n in r.pop("loaded_roots")),
+        }
+    )
     # The learning rate and the data path are the same at both commits: kept once, from main's.
     for key in ("lr_per_epoch", "data"):
         golden[key] = golden["layouts"]["batch_second"].pop(key)

@@ -1,11 +1,14 @@
 """Make the VOLO conformance fixture (volo_golden.json) from the publication's own code.
 
-    python tests/conformance/make_volo_golden.py --volo /path/to/sail-sg/volo \\
-        --tokenlabeling /path/to/zihangJiang/TokenLabeling
+    git clone https://github.com/sail-sg/volo /path/to/volo && git -C /path/to/volo checkout cf35775
+    git clone https://github.com/zihangJiang/TokenLabeling /path/to/tlt && git -C /path/to/tlt checkout 9dbfd59
+    python -m venv side && side/bin/pip install torch torchvision "timm==0.4.5" "numpy<1.24" scipy pyyaml
+    side/bin/python tests/conformance/make_volo_golden.py --volo /path/to/volo --tokenlabeling /path/to/tlt
 
 Runs in an environment of the publication's libraries, outside the kit's: timm 0.4.5 (what
 sail-sg/volo's README and the toolbox's requirements.txt pin), numpy < 1.24 (sail-sg/volo's
-MixToken calls np.int), scipy (the toolbox imports it), and a torch. It imports the upstream code
+MixToken calls np.int), scipy (the toolbox imports it), pyyaml (main.py does), and a torch. It
+imports the upstream code
 from the two checkouts, exactly as they are (a checkout with local changes is refused), feeds it
 the fixed inputs of volo_inputs.py on the CPU in float32, and writes what it computes with the
 checkouts' commits, the packages' versions and this command line, so that
@@ -15,7 +18,11 @@ code. Nothing of the upstream code is copied into the kit.
 What is recorded: a tiny VOLO's outputs for a fixed MixToken box and the gradient norm of every
 parameter after the token-label loss; the loss with and without --ground-truth; the token-label
 targets of given crops and flips; main.py's learning rate per epoch for the D1 recipes; the
-parameter groups of timm's AdamW factory; and the update of each parameter over two AdamW steps.
+parameter groups of timm's AdamW factory; the update of each parameter over two AdamW steps; and
+main.py's training loop itself (train_one_epoch with the toolbox's prefetcher, four steps in one
+process and in two): what each step makes a GPU wait for (looprecord.py), which
+tests/test_conformance_loop.py holds the kit's published loop to. ``--loop-only`` records the loop
+again and keeps the other values.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "volo_golden.json"
 DIGITS = 8  # significant digits kept: float32 carries about 7
+# The upstream checkouts' modules (not distributions): what the install line need not name.
+UPSTREAM_MODULES = ("main", "loss", "models", "tlt")
 
 
 def rounded(value: Any) -> Any:
@@ -82,6 +91,105 @@ def upstream_model(VOLO: type) -> Any:
     )
 
 
+# The loop (looprecord.py): main.py's train_one_epoch over LOOP_STEPS batches, logging every
+# LOOP_LOG_INTERVAL (main.py logs at batch_idx % log_interval == 0 and at the last batch).
+LOOP_STEPS, LOOP_LOG_INTERVAL, LOOP_WORLDS = 4, 2, (1, 2)
+
+
+def loop_rank(rank: int, world: int, paths: list[str]) -> dict[str, Any]:
+    """One rank of main.py's training loop, recorded (a process of its own for each rank of two)."""
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    from contextlib import suppress
+
+    import main as volo_main
+    import numpy as np
+    import torch
+    from loss import TokenLabelCrossEntropy
+    from models.volo import VOLO
+    from timm.optim import create_optimizer
+    from timm.scheduler import create_scheduler
+    from tlt.data.loader import PrefetchLoader, fast_collate
+
+    from tests.conformance import looprecord
+    from tests.conformance import volo_inputs as inputs
+
+    flags = ["/data", "--token-label", "--token-label-data", "/token-labels", "--token-label-size",
+             str(inputs.LABEL_SIZE), "--log-interval", str(LOOP_LOG_INTERVAL), "--num-classes",
+             str(inputs.NUM_CLASSES), "-b", str(inputs.BATCH)]  # fmt: skip
+    args = volo_main.parser.parse_args(flags)
+    # What main() derives before it trains (main.py: prefetcher, distributed, world size, rank).
+    args.prefetcher, args.distributed = not args.no_prefetcher, world > 1
+    args.world_size, args.local_rank, args.rank = world, rank, rank
+    torch.manual_seed(rank)
+    np.random.seed(rank)
+    model = upstream_model(VOLO)
+    inputs.fill_weights(model.state_dict(keep_vars=True).items())
+    # Per sample, what the toolbox's loader hands the prefetcher: a uint8 CHW crop and its label
+    # map with the crop's coordinates and the label in a third plane ([3, 5, H, W]).
+    maps = inputs.label_maps().float()
+    samples = []
+    for index in range(LOOP_STEPS * inputs.BATCH * world):
+        coords = torch.zeros_like(maps[0][0:1])
+        coords[0, 0, 0, :4] = torch.tensor(inputs.CROPS[index % 3])
+        coords[0, 0, 0, 5] = inputs.LABELS[index % 3]
+        image = np.random.randint(0, 256, (3, inputs.IMG_SIZE, inputs.IMG_SIZE), dtype=np.uint8)
+        samples.append((image, torch.cat([maps[index % 3], coords])))
+    sampler = torch.utils.data.distributed.DistributedSampler(samples) if world > 1 else None
+    loader = torch.utils.data.DataLoader(
+        samples, batch_size=inputs.BATCH, sampler=sampler, collate_fn=fast_collate, drop_last=True
+    )
+    recorder = looprecord.Recorder(zero_grad_default=TORCH_1_ZERO_GRAD_SET_TO_NONE)
+    with recorder.recording():
+        # main.py's order: the model on the device, the optimizer, DDP, the loss, the loader.
+        recorder.on_device(model)
+        optimizer = create_optimizer(args, model)
+        if args.distributed:  # Apex's DDP in the publication (not installable): torch's, C++ hooks
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        lr_scheduler, _ = create_scheduler(args, optimizer)
+        loss_fn = TokenLabelCrossEntropy(dense_weight=args.dense_weight, cls_weight=args.cls_weight)
+        prefetcher = PrefetchLoader(loader, re_prob=args.reprob, re_mode=args.remode, re_count=args.recount)
+        volo_main.train_one_epoch(
+            0, model, recorder.loader(prefetcher), optimizer, loss_fn, args, lr_scheduler=lr_scheduler,
+            amp_autocast=suppress, loss_scaler=None,
+        )  # fmt: skip
+
+    def logged(step: int) -> bool:
+        return (step - 1) % LOOP_LOG_INTERVAL == 0 or step == LOOP_STEPS
+
+    return looprecord.sequences(recorder, logged, LOOP_STEPS)
+
+
+# torch 1.7-1.11 (what the publication ran): Optimizer.zero_grad(self, set_to_none: bool = False)
+# (torch/optim/optimizer.py of v1.11.0); main.py calls optimizer.zero_grad() without the argument.
+TORCH_1_ZERO_GRAD_SET_TO_NONE = False
+
+
+def record_loop(paths: list[str]) -> dict[str, Any]:
+    from tests.conformance import looprecord
+
+    return {
+        "steps": LOOP_STEPS,
+        "log_interval": LOOP_LOG_INTERVAL,
+        "worlds": {str(world): looprecord.in_ranks(world, loop_rank, paths) for world in LOOP_WORLDS},
+        "facts": LOOP_FACTS,
+    }
+
+
+# What the CPU cannot show, from upstream's lines (each checked by reading them).
+LOOP_FACTS = [
+    "zero_grad: main.py calls optimizer.zero_grad() (train_one_epoch), whose default on torch 1.7-1.11 "
+    "was set_to_none=False (torch/optim/optimizer.py, v1.11.0): gradients filled with zeros, then "
+    "accumulated into.",
+    "amp: with --apex-amp the loss goes through ApexScaler (timm/utils/cuda.py), whose amp.scale_loss "
+    "reads the overflow flag with .item() every step under dynamic loss scaling (apex/amp/scaler.py, "
+    "LossScaler.update_scale); torch's GradScaler.step reads found_inf with .item() every step: one "
+    "sync a step either way, not recordable on the CPU (fp32 there).",
+    "ddp: with Apex installed main.py wraps the model in apex.parallel.DistributedDataParallel("
+    "delay_allreduce=True), which registers a Python hook on each parameter's gradient accumulator "
+    "(apex/parallel/distributed.py); the CPU record uses torch's DDP (hooks in C++), as the kit does.",
+]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="make_volo_golden.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--volo", type=Path, required=True, help="a git checkout of sail-sg/volo")
@@ -89,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
         "--tokenlabeling", type=Path, required=True, help="a git checkout of zihangJiang/TokenLabeling"
     )
     parser.add_argument("--out", type=Path, default=FIXTURE)
+    parser.add_argument(
+        "--loop-only", action="store_true", help="record main.py's loop again, keep the other values"
+    )
     args = parser.parse_args(argv)
     made_by = {
         "command": "python tests/conformance/make_volo_golden.py "
@@ -101,7 +212,14 @@ def main(argv: list[str] | None = None) -> None:
         "python": sys.version.split()[0],
         "device": "cpu, float32",
     }
-    sys.path[:0] = [str(args.volo.resolve()), str(args.tokenlabeling.resolve()), str(ROOT)]
+    paths = [str(args.volo.resolve()), str(args.tokenlabeling.resolve()), str(ROOT)]
+    sys.path[:0] = paths
+    if args.loop_only:
+        golden = json.loads(args.out.read_text()) if args.out.exists() else {}
+        golden["loop"] = record_loop(paths)
+        args.out.write_text(json.dumps(golden, indent=1) + "\n")
+        print(f"wrote the loop into {args.out}")
+        return
 
     # Upstream modules: sail-sg/volo's main.py (its argument parser holds the published defaults),
     # loss and model; timm 0.4.5's factories; the toolbox's target builder.
@@ -220,6 +338,13 @@ def main(argv: list[str] | None = None) -> None:
             updates[name].append(rounded((p.detach() - before[name]).norm().item()))
     golden["optimizer"]["update_norms"] = updates
 
+    # The training loop itself: what main.py makes a GPU wait for, step by step (looprecord.py).
+    golden["loop"] = record_loop(paths)
+
+    # What this run loaded that nothing else asks for: the install line must name it all.
+    from tests.conformance import environment
+
+    golden["made_by"]["loaded_roots"] = environment.loaded_roots()
     args.out.write_text(json.dumps(golden, indent=1) + "\n")
     print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)")
 

@@ -805,16 +805,31 @@ def _give_optimizer_train_modes(optimizer: Any) -> None:
         inner.train = inner.eval = lambda: None
 
 
-def trainer_class(base: type, samples: StepSamples, device_decode: bool, image_size: int) -> type:
+def trainer_class(
+    base: type, samples: StepSamples, device_decode: bool, image_size: int, published_logging: bool = True
+) -> type:
     """``base``, counting the rows of every micro-batch it trains on (the meter's samples), and with
-    ``device_decode`` decoding the batch's JPEG bytes on the device before the forward."""
+    ``device_decode`` decoding the batch's JPEG bytes on the device before the forward;
+    ``published_logging``: its logging steps read what transformers 4.31's did (the loss, no gradient
+    norm)."""
 
     class CountingTrainer(base):
+        zero_grad_left: str | None = None  # software.zero_grad: what the loop's zero_grad left
+
         def training_step(self, model, inputs, *args, **kwargs):
             # A shape, read on the host: no device sync.
             samples.add(int(inputs["input_ids"].shape[0]))
             _give_optimizer_train_modes(self.optimizer)
+            if self.zero_grad_left is None and self.state.global_step == 1:
+                self.zero_grad_left = software.zero_grad_left(model.parameters())
             return super().training_step(model, inputs, *args, **kwargs)
+
+        def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
+            # transformers 4.31 (the publication's) logged no gradient norm: 4.49 reads it to the host
+            # at every logging step, a read 4.31's loop never made (tests/test_conformance_loop.py).
+            if not published_logging:
+                return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+            return super()._maybe_log_save_evaluate(tr_loss, None, *args, **kwargs)
 
     if not device_decode:
         return CountingTrainer
@@ -1053,6 +1068,10 @@ def software_in_effect(
         "tf32": software.tf32(trainer.args.device.type),
         "mixed_precision": mixed,
         "data_path": switches["image_pipeline"],
+        # The Trainer checks each step's loss for NaN and inf on the host (logging_nan_inf_filter, on by
+        # default in 4.31 as now): the wait every step that the GPU runs had.
+        "host_sync": software.EVERY_STEP if trainer.args.logging_nan_inf_filter else software.LOGGING_STEPS,
+        "zero_grad": getattr(trainer, "zero_grad_left", None),
     }
 
 
@@ -1131,7 +1150,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     samples = StepSamples(world_size)
     throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples, bench.profile)
     timed = timed_trainer(base, throughput)  # the wait for each step's batches, DDP's all-reduce
-    trainer = trainer_class(timed, samples, bench.image_pipeline == "gpu_decode", image_size)(
+    trainer = trainer_class(timed, samples, bench.image_pipeline == "gpu_decode", image_size, not on_gaudi)(
         model=model,
         args=training_args,
         train_dataset=splits.get("train"),

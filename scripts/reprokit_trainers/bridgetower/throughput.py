@@ -18,7 +18,8 @@ The meter's breakdown (common/breakdown.py) times the Trainer's own fetch of eac
 in GaudiTrainer, the calls that take the step's micro-batches from the epoch's iterator. That covers
 the loader (its workers, or the main process with none), collation and accelerate's copy of the batch
 to the device; the Trainer's bookkeeping around a step is ``other``. The same subclass hands the DDP
-model to the breakdown before the first step, to time its gradient all-reduce.
+model to the breakdown before the first step, whose reducer's own timers then time the gradient
+all-reduce.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def timed_trainer(base: type, callback: Any) -> type:
         def training_step(self, model, inputs, *args, **kwargs):
             if not self._watched:  # the first step: the model is wrapped, no backward has run
                 self._watched = True
-                callback.meter.breakdown.watch(model)
+                # The loop reads each step's loss for its NaN check: a wait every step (then DDP may
+                # time every iteration for free; breakdown.py).
+                callback.meter.breakdown.watch(model, every_step=bool(self.args.logging_nan_inf_filter))
             return super().training_step(model, inputs, *args, **kwargs)
 
     return TimedTrainer

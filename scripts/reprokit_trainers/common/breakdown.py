@@ -11,9 +11,16 @@ synchronized anyway. So:
   idle counts: a wait the device spends busy on queued steps costs nothing.
 - ``compute``: the step's time (device time between its events on a GPU; host time on a CPU, and on
   an HPU whose lazy mode queues work, where the split is the host's view), less ``communication``.
-- ``communication``: the time a DDP gradient all-reduce was in flight, timed by a communication hook
-  that runs the default hook's arithmetic; it overlaps the backward pass, and what it hides is not
-  separated out. Not timed (None) where the model is not DDP-wrapped (one process, FSDP, Gaudi).
+- ``communication``: the time DDP's gradient all-reduce took in a step, from the launch of its first
+  bucket to the end of its last, as DDP's reducer times it itself (its runtime logging: the host
+  clock on a CPU, CUDA events on a GPU); it overlaps the backward pass, and what it hides is not
+  separated out. No Python runs per bucket (a communication hook did, and cost 0.1-0.2 ms a bucket:
+  benchmarks/meter.py). The reducer's figure for a step is read when the next forward starts, so
+  each step counts the all-reduce of the step before it. The reducer times every iteration where
+  that costs nothing: on a CPU, and on a GPU whose loop synchronizes every step anyway (its events
+  have completed when they are read); elsewhere one iteration in DDP's default 100, each sample
+  standing for the steps until the next. Not timed (None) where the model is not DDP-wrapped (one
+  process, FSDP, Gaudi).
 - ``other``: the rest of the window (logging, the meter's synchronization, the loop's own work).
 
 Each is a fraction of the window it was measured over: a throughput.csv row's interval, or the
@@ -29,7 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,7 +73,7 @@ class _Step:
     host_end: float = 0.0
     start: Any = None  # device event at the first batch's arrival
     end: Any = None  # device event at the step's end
-    communication: list[list[Any]] = field(default_factory=list)  # [began, ended] host times or events
+    communication: float = 0.0  # seconds, DDP's reducer's latest figure (the step before)
     measured: bool = False
     previous_end_host: float | None = None  # when the step before ended (host clock)
 
@@ -91,7 +98,9 @@ class Breakdown:
         self._pending: list[_Step] = []
         self._current: _Step | None = None
         self._waited = 0.0
-        self._comm: list[list[Any]] = []
+        self._ddp: Any = None  # the DDP model whose reducer times its all-reduce
+        self._ddp_iteration: int | None = None
+        self._ddp_seconds = 0.0  # its latest figure: one iteration's all-reduce
         self._last_end_host: float | None = None
         self._anchor: Any = None  # device event at the last boundary: where the next gap starts
         self.interval = Totals()
@@ -148,7 +157,9 @@ class Breakdown:
         step.wait, self._waited = self._waited, 0.0
         step.host_end = time.perf_counter()
         step.end = self._record()
-        step.communication, self._comm = self._comm, []
+        if self._ddp is not None:
+            self._read_ddp()
+            step.communication = self._ddp_seconds
         step.measured = measured
         step.previous_end_host = self._last_end_host
         self._last_end_host = step.host_end
@@ -195,8 +206,7 @@ class Breakdown:
     def _host_step(self, step: _Step) -> tuple[float, float, float]:
         start = step.host_start if step.host_start is not None else step.host_end
         span = max(step.host_end - start - step.wait_inside, 0.0)
-        spans = [(b, e) for b, e in step.communication if e is not None]
-        communication = min(_union(spans, start, step.host_end), span)
+        communication = min(step.communication, span)
         return step.wait, span - communication, communication
 
     def _device_step(self, step: _Step, previous: Any) -> tuple[float, float, float]:
@@ -207,12 +217,7 @@ class Breakdown:
         # The device sat idle between the previous step's end and this one's start: the part of the
         # host's wait for data that the device felt.
         gap = previous.elapsed_time(start) / 1e3 if previous is not None and step.start is not None else 0.0
-        spans = [
-            (start.elapsed_time(b) / 1e3, start.elapsed_time(e) / 1e3)
-            for b, e in step.communication
-            if e is not None
-        ]
-        communication = min(_union(spans, 0.0, span), span)
+        communication = min(step.communication, span)
         return min(step.wait, max(gap, 0.0)), span - communication, communication
 
     def _record(self) -> Any:
@@ -222,12 +227,13 @@ class Breakdown:
         event.record()
         return event
 
-    # --- gradient communication --------------------------------------------------------------------
+    # --- gradient communication ---------------------------------------------------------------------
 
-    def watch(self, model: Any) -> None:
-        """Time the gradient all-reduce of a DistributedDataParallel ``model`` (compiled or not) with a
-        communication hook that runs DDP's default all-reduce (each bucket divided by the world size,
-        then summed); anything else is noted as not timed."""
+    def watch(self, model: Any, every_step: bool = False) -> None:
+        """Time the gradient all-reduce of a DistributedDataParallel ``model`` (compiled or not) with
+        DDP's own reducer timers; anything else is noted as not timed. ``every_step``: the loop waits
+        for the device every step (a published loop), so the reducer may time every iteration on a
+        GPU too at no cost."""
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
@@ -236,32 +242,32 @@ class Breakdown:
             return
         if not isinstance(ddp, DistributedDataParallel):
             kind = type(ddp).__name__
-            self.communication = f"not timed ({kind} exposes no communication hook the kit times)"
+            self.communication = f"not timed ({kind} exposes no DDP reducer timers)"
             return
         if ddp.device_type == "hpu":
             self.communication = "not timed (Gaudi's collectives are left as they run)"
             return
-        ddp.register_comm_hook(ddp.process_group, self._allreduce_hook)
-        self.communication = f"DDP all-reduce in flight, timed by a communication hook ({self.basis})"
+        set_rate = getattr(ddp, "_set_ddp_runtime_logging_sample_rate", None)
+        if set_rate is None or not hasattr(ddp, "_get_ddp_logging_data"):
+            self.communication = "not timed (this torch's DDP keeps no runtime timers)"
+            return
+        every = every_step or ddp.device_type == "cpu"
+        if every:
+            set_rate(1)
+        self._ddp = ddp
+        sampled = "every iteration" if every else "iterations 1-10, then one in 100 (DDP's default)"
+        self.communication = (
+            f"DDP's reducer timers, first bucket's all-reduce launched to last done, {sampled} ({self.basis})"
+        )
         self.communication_timed = True
 
-    # No annotations: DDP refuses a hook whose annotations are not its own types, and this module's
-    # are strings (postponed evaluation).
-    def _allreduce_hook(self, process_group, bucket):
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-        span: list[Any] = [self._event_or_now(), None]
-        self._comm.append(span)
-
-        def done(future: Any) -> Any:
-            # On a GPU this runs on a stream that waits for the all-reduce: the event marks its end.
-            span[1] = self._event_or_now()
-            return future.value()
-
-        return allreduce_hook(process_group, bucket).then(done)
-
-    def _event_or_now(self) -> Any:
-        return self._record() if self._event is not None else time.perf_counter()
+    def _read_ddp(self) -> None:
+        """The reducer's latest figure, when it timed a new iteration (read at each step's end)."""
+        data = self._ddp._get_ddp_logging_data()
+        iteration, nanoseconds = data.get("iteration"), data.get("backward_comm_time")
+        if iteration is None or nanoseconds is None or iteration == self._ddp_iteration:
+            return
+        self._ddp_iteration, self._ddp_seconds = iteration, max(nanoseconds, 0) / 1e9
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -308,17 +314,6 @@ def percentile(ordered: list[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def _union(spans: list[tuple[float, float]], low: float, high: float) -> float:
-    """Length of the union of ``spans`` clipped to [low, high] (buckets' all-reduces overlap)."""
-    total, reach = 0.0, low
-    for began, ended in sorted((max(b, low), min(e, high)) for b, e in spans):
-        if ended <= reach:
-            continue
-        total += ended - max(began, reach)
-        reach = ended
-    return total
 
 
 def _round(value: float | None) -> float | None:

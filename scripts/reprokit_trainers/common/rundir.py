@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from . import devicememory, hardware, tbextra
+from . import devicememory, hardware, streams, tbextra
 from .breakdown import Breakdown
 from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
 from .distributed import is_main_process, world_size
@@ -136,11 +136,13 @@ class ThroughputMeter:
     """Counts global samples per step and reads the clock only at measurement boundaries.
 
     ``step_end`` is called once per optimizer step with the number of samples that step consumed on
-    all ranks. The device is synchronized, and the clock read, only at a boundary: the end of the
-    last warm-up step (where the steady-state clock starts), and the steps the caller marks (logging
-    steps and the last step). In between the host runs ahead and queues the next steps, as it does
-    in the published scripts (a per-step sync would stall Gaudi's lazy mode). The figures are
-    exact at the last boundary: samples counted up to it, over the time up to it.
+    all ranks. The meter synchronizes the device, and reads the clock, only at a boundary: the end of
+    the last warm-up step (where the steady-state clock starts), and the steps the caller marks
+    (logging steps and the last step). Whether the host waits for the device in between is the
+    loop's own choice: the published loops wait where their publications did (main.py and pycls
+    every step, the Trainer's loss check every step; tests/test_conformance_loop.py), the loops beyond
+    them only at these boundaries. The figures are exact at the last boundary: samples counted up to
+    it, over the time up to it.
 
     The breakdown of each step's time is always kept (its readings wait for nothing until a boundary);
     an energy meter and a profiler are attached on request (``attach``) and follow the same steps and
@@ -192,7 +194,7 @@ class ThroughputMeter:
             self._mark()
 
     def _mark(self) -> None:
-        _synchronize()
+        streams.synchronize()
         now = time.perf_counter()
         self.breakdown.resolve()
         if self.energy is not None:
@@ -269,14 +271,6 @@ class ThroughputMeter:
 def figure(samples: float, seconds: float, counted: str) -> dict[str, Any]:
     """One definition's figure as summary.json holds it: the rate and what it was made of."""
     return {"value": samples / seconds, "samples": samples, "seconds": round(seconds, 6), "counted": counted}
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    hpu = getattr(torch, "hpu", None)
-    if hpu is not None and hpu.is_available():
-        hpu.synchronize()
 
 
 class RunDir:

@@ -19,7 +19,11 @@ each value are the contract's (reprokit_trainers/contract.json, ``software_keys`
 - ``tf32``: ``on``, ``off``, ``matmul on, cudnn off`` (or the reverse), ``not used (<device>)``;
 - ``mixed_precision``: ``fp32``, ``amp-fp16`` / ``amp-bf16`` (autocast over fp32 weights),
   ``pure-fp16`` / ``pure-bf16`` (the model computes in that dtype);
-- ``data_path``: the trainer's own words for its loader (``published``, ``pycls``, ``dali``, ...).
+- ``data_path``: the trainer's own words for its loader (``published``, ``pycls``, ``dali``, ...);
+- ``host_sync``: ``every-step`` (the loop waits for the device each step, as the published loops did)
+  or ``logging-steps``;
+- ``zero_grad``: ``zeros`` or ``set-to-none``, read from the gradients zero_grad left;
+- ``input_stream``: ``side-stream``, ``inline``, or ``inline (<device>: no side stream)``.
 """
 
 from __future__ import annotations
@@ -191,6 +195,19 @@ def one_bucket_mb(module: torch.nn.Module) -> int:
     explicit cap for the first bucket too, and keeps it when it rebuilds the buckets)."""
     size = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
     return size // 2**20 + 1
+
+
+EVERY_STEP, LOGGING_STEPS = "every-step", "logging-steps"  # host_sync's words
+
+
+def zero_grad_left(parameters: Any) -> str | None:
+    """What a ``zero_grad`` just left in ``parameters`` (an iterable) after a step that made gradients:
+    ``zeros`` (filled, torch 1.x's default) or ``set-to-none`` (freed, torch 2's); None before any."""
+    grads = [p.grad for p in parameters if p.requires_grad]
+    if not grads:
+        return None
+    # Zero-filling keeps the gradient tensors that exist (a parameter no step reached has none).
+    return "zeros" if any(g is not None for g in grads) else "set-to-none"
 
 
 def tf32(device_type: str) -> str:

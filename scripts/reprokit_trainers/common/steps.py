@@ -58,16 +58,30 @@ class StepLogger:
         """The loader's batches, the wait for each timed (iterate this instead of the loader)."""
         return self.meter.breakdown.batches(loader)
 
-    def watch(self, model: Any) -> None:
-        """Time the gradient all-reduce of the wrapped model (DDP), before its first step."""
-        self.meter.breakdown.watch(model)
+    def watch(self, model: Any, every_step: bool = False) -> None:
+        """Time the gradient all-reduce of the wrapped model (DDP), before its first step;
+        ``every_step``: the loop waits for the device each step (breakdown.Breakdown.watch)."""
+        self.meter.breakdown.watch(model, every_step=every_step)
 
-    def step(self, step: int, epoch: float, lr: float, loss: torch.Tensor, last: bool = False) -> None:
-        """Call once per optimizer step, on every rank: ``last`` marks the final step of the run."""
-        logged = step % self.logging_steps == 0 or last
+    def logs(self, step: int, last: bool = False) -> bool:
+        """Whether ``step`` is a logging step (every ``logging_steps``, and the last)."""
+        return step % self.logging_steps == 0 or last
+
+    def step(
+        self, step: int, epoch: float, lr: float, loss: torch.Tensor | float, last: bool = False
+    ) -> None:
+        """Call once per optimizer step, on every rank: ``last`` marks the final step of the run.
+        ``loss``: the step's loss tensor, averaged over ranks here on a logging step; or a number the
+        loop has already read as its publication did (then nothing more is read)."""
+        logged = self.logs(step, last)
         # Every rank reaches the same logging steps, so the loss can be averaged over ranks there
         # (and only there: the all-reduce waits for the step). It is inside the step's time.
-        value = reduce_mean(loss) if logged else None
+        if not logged:
+            value = None
+        elif isinstance(loss, torch.Tensor):
+            value = reduce_mean(loss)
+        else:
+            value = float(loss)
         self.meter.step_end(self.global_batch, boundary=logged)
         if value is None:
             return

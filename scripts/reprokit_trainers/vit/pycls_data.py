@@ -117,7 +117,8 @@ class PyclsTrainTransform:
             augmented = self.augment(Image.fromarray((image * 255).astype(np.uint8)))
             image = np.asarray(augmented).astype(np.float32) / 255
         image = self._lighting(image)
-        image = (image - self.mean) / self.std
+        for channel in range(3):  # pycls's color_norm: channel by channel, into the image itself
+            image[:, :, channel] = (image[:, :, channel] - self.mean[channel]) / self.std[channel]
         return torch.from_numpy(np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1)))
 
     def _lighting(self, image: np.ndarray) -> np.ndarray:

@@ -71,6 +71,9 @@ AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
 OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
 OPTIMIZERS = ("adamw", "sgd")
 SHARDINGS = ("ddp", "fsdp")
+# What the loop waits for and how it zeroes: the first of each is pycls's (issue 31).
+HOST_SYNCS = ("every_step", "logging_steps")
+ZERO_GRADS = ("zeros", "set_to_none")
 
 
 @dataclass
@@ -146,6 +149,21 @@ class TrainArguments:
         default=True, metadata={"help": "keep LayerNorms in fp32 under FSDP mixed precision (pycls)"}
     )
     compile: bool = field(default=False, metadata={"help": "torch.compile the wrapped model"})
+    host_sync: str = field(
+        default="every_step",
+        metadata={
+            "help": "every_step: as pycls's train_epoch, each step checks the labels (labels.max() < classes), "
+            "computes the top-1/top-5 errors and reads them and the loss, all-reduced over the ranks; "
+            "logging_steps: the loss read only at logging steps (beyond the publication)"
+        },
+    )
+    zero_grad: str = field(
+        default="zeros",
+        metadata={
+            "help": "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, torch "
+            "1.9-1.11's default that pycls ran); set_to_none: frees them (beyond the publication)"
+        },
+    )
     max_steps: int = field(
         default=-1, metadata={"help": "stop after this many steps (benchmarks, smoke runs)"}
     )
@@ -371,6 +389,38 @@ def pycls_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
     return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
 
 
+def topk_errors(
+    logits: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+) -> list[torch.Tensor]:
+    """pycls's training statistics: the top-k error of the batch in percent, for each k, on the device."""
+    ranked = logits.topk(min(max(ks), logits.shape[1]), dim=1).indices
+    hits = ranked.eq(labels.view(-1, 1))
+    return [(1.0 - hits[:, :k].any(dim=1).float().sum() / labels.shape[0]) * 100.0 for k in ks]
+
+
+def step_statistics(
+    loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[float, float, float]:
+    """What pycls's train_epoch reads after every step: the loss and the top-1 and top-5 errors,
+    averaged over the ranks (three asynchronous all-reduces, as its scaled_all_reduce issues them, none
+    alone), then copied to the host one by one (three syncs)."""
+    stats = [loss.detach(), *topk_errors(logits.detach(), labels)]
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world > 1:
+        for work in [dist.all_reduce(t, async_op=True) for t in stats]:
+            work.wait()
+        for tensor in stats:
+            tensor.mul_(1.0 / world)
+    value, top1, top5 = (tensor.item() for tensor in stats)
+    return value, top1, top5
+
+
+def check_labels(labels: torch.Tensor, num_classes: int) -> None:
+    """pycls's one-hot labels assert every label is below the class count (a read on the device)."""
+    if not bool(labels.max() < num_classes):
+        raise ValueError(f"a label is {int(labels.max())}: the model has {num_classes} classes")
+
+
 def pycls_lr(epoch: int, args: TrainArguments) -> float:
     """pycls's cosine policy with linear warmup, evaluated once per epoch as pycls does."""
     cosine = 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
@@ -401,10 +451,16 @@ def train(
     device: torch.device,
     logger: StepLogger,
     seen: dict[str, str],
+    num_classes: int,
 ) -> int:
     """Train until max_steps or the end of the schedule; returns the number of steps. ``seen`` gets
-    what the first step ran with (the software block's precision and data path)."""
+    what the first step ran with (the software block's precision and data path) and what zero_grad
+    left. Each step is pycls's train_epoch's (5719de6): the batch copied, the labels checked, forward
+    and loss, zero_grad, backward and step, then (``--host_sync every_step``) the loss and the top-k
+    errors all-reduced and read."""
     normalize = imagenet.DeviceNormalize(device, re_prob=0.0)
+    every_step = args.host_sync == "every_step"
+    set_to_none = args.zero_grad == "set_to_none"
     steps_per_epoch = len(loader)
     step = 0
     model.train()
@@ -420,6 +476,8 @@ def train(
             else:  # pycls's: normalized float32 from the workers, copied as its loop did (.cuda())
                 images = pixels.to(device).to(prec.model_dtype)
             labels = batch["labels"].to(device, non_blocking=True)
+            if every_step:
+                check_labels(labels, num_classes)  # pycls: smooth_one_hot_labels's assert
             with prec.autocast(device):
                 logits = model(images)
                 if step == 0:
@@ -428,14 +486,19 @@ def train(
                         data_path=data_path(loader, pixels),
                     )
             loss = pycls_loss(logits, labels, args.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=set_to_none)
+            if step == 1:  # the gradients of the first step existed: what zero_grad left of them
+                seen["zero_grad"] = software.zero_grad_left(model.parameters())
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+            loss_value: torch.Tensor | float = loss
+            if every_step:
+                loss_value, _, _ = step_statistics(loss, logits, labels)
             step += 1
             done = 0 < args.max_steps <= step
             last = done or (epoch == args.epochs - 1 and index == steps_per_epoch - 1)
-            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss_value, last=last)
             if done:
                 return step
     return step
@@ -457,6 +520,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
     with one_line_errors(PROG, ValueError, KeyError):
         check_choice("sharding", train_args.sharding, SHARDINGS)
+        check_choice("host_sync", train_args.host_sync, HOST_SYNCS)
+        check_choice("zero_grad", train_args.zero_grad, ZERO_GRADS)
         prec = precision(train_args.amp)
         size = model_size(model_args)
         rank, world = init_process_group(device, single_process_group=True)
@@ -513,9 +578,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         profile=device_args.profile,
     )
     seen: dict[str, str] = {}
-    logger.watch(model)
+    logger.watch(model, every_step=train_args.host_sync == "every_step")
     with imagenet.bad_images_named(PROG):
-        train(model, optimizer, scaler, loader, train_args, prec, device, logger, seen)
+        train(
+            model, optimizer, scaler, loader, train_args, prec, device, logger, seen, model_args.num_classes
+        )
     logger.close()
     # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
     ran = {
@@ -523,6 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "optimizer": software.optimizer(optimizer),
         "ddp": software.ddp(model),
         "tf32": software.tf32(device.type),
+        "host_sync": software.EVERY_STEP if train_args.host_sync == "every_step" else software.LOGGING_STEPS,
         **seen,
     }
 

@@ -41,9 +41,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet, loop, randaugment, software
+from reprokit_trainers.common import flops, imagenet, loop, prefetch, randaugment, software, streams
 from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
-from reprokit_trainers.common.distributed import accelerator_device, init_process_group, is_main_process, log
+from reprokit_trainers.common.distributed import (
+    accelerator_device,
+    init_process_group,
+    is_main_process,
+    log,
+    reduce_mean,
+)
 from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
 from reprokit_trainers.common.steps import StepLogger
 
@@ -70,6 +76,9 @@ LOADERS = ("torch", "gpu_decode", "dali")
 # is the publication's (timm 0.4 on torch <= 1.10; Apex DDP(delay_allreduce=True)).
 OPTIMIZER_IMPLS = {"per_tensor": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 DDP_SCHEDULES = ("after_backward", "overlap")
+# What the loop waits for and how it zeroes: the first of each is main.py's (issue 31).
+HOST_SYNCS = ("every_step", "logging_steps")
+ZERO_GRADS = ("zeros", "set_to_none")
 
 
 @dataclass
@@ -208,6 +217,29 @@ class TrainArguments:
         metadata={
             "help": "gradient all-reduce: after_backward (one bucket once backward is done, as Apex "
             "DDP(delay_allreduce=True)) or overlap (torch DDP's buckets during backward, beyond the publication)"
+        },
+    )
+    host_sync: str = field(
+        default="every_step",
+        metadata={
+            "help": "every_step: the host waits for the device after each step, as main.py does (torch.cuda."
+            "synchronize; the loss read each step in one process, all-reduced and read at logging steps in "
+            "several); logging_steps: only at the meter's logging steps (beyond the publication)"
+        },
+    )
+    zero_grad: str = field(
+        default="zeros",
+        metadata={
+            "help": "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, the "
+            "default of torch 1.7-1.11 that main.py ran); set_to_none: frees them (beyond the publication)"
+        },
+    )
+    prefetch: str = field(
+        default="side_stream",
+        metadata={
+            "help": "side_stream: the next batch copied, normalized and erased on a CUDA stream of its own "
+            "during the step, as the toolbox's prefetcher; inline: on the compute stream when taken "
+            "(beyond the publication)"
         },
     )
     clip_grad: float | None = field(default=None)
@@ -442,6 +474,9 @@ def check_kernels(model_args: ModelArguments, data_args: DataArguments, train_ar
         ("--attention", model_args.attention, ATTENTION),
         ("--optimizer_impl", train_args.optimizer_impl, tuple(OPTIMIZER_IMPLS)),
         ("--ddp_schedule", train_args.ddp_schedule, DDP_SCHEDULES),
+        ("--host_sync", train_args.host_sync, HOST_SYNCS),
+        ("--zero_grad", train_args.zero_grad, ZERO_GRADS),
+        ("--prefetch", train_args.prefetch, prefetch.MODES),
         ("--token_label_box", data_args.token_label_box, tokenlabel.BOXES),
         ("--token_label_smoothing", data_args.token_label_smoothing, tokenlabel.SMOOTHING),
     ):
@@ -601,7 +636,10 @@ def train_loop(
     rank: int,
     logger: StepLogger,
 ) -> Trained:
-    """Train until max_steps or the end of the schedule."""
+    """Train until max_steps or the end of the schedule: sail-sg/volo's train_one_epoch, step by step
+    (main.py at cf35775: the prefetcher's batch, the token targets, forward and loss, the loss read
+    when training alone, zero_grad, backward and step, a device synchronize, at logging steps the
+    loss all-reduced and read), with the waits and zeroing ``--host_sync`` and ``--zero_grad`` ask."""
     from .attention import attention_ran
 
     model = run.model.to(device)
@@ -610,7 +648,8 @@ def train_loop(
         train_args.ddp_schedule,
         device,
     )
-    logger.watch(forward)
+    every_step = train_args.host_sync == "every_step"
+    logger.watch(forward, every_step=every_step)
     forward.train()
     optimizer = build_optimizer(model, train_args, lr)
     scheduler, total_epochs = build_scheduler(optimizer, train_args)
@@ -626,20 +665,40 @@ def train_loop(
     )
     gpu_decode = run.gpu_decode
     num_classes = run.model.num_classes
+    # main.py's args.distributed: WORLD_SIZE > 1. Alone it reads the loss every step (losses_m), in a
+    # group only at logging steps, after reducing it (reduce_tensor).
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    set_to_none = train_args.zero_grad == "set_to_none"
 
+    def ready(batch: dict[str, Any]) -> dict[str, Any]:
+        """The toolbox's prefetch work: the batch to the device, the images normalized and erased."""
+        if gpu_decode is not None:  # decoded and augmented on the device (its own stream) already
+            images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"])
+            batch = {k: v for k, v in batch.items() if k != "jpeg"}
+            return {**prefetch.to_device(batch, device), "pixel_values": normalize(images)}
+        moved = prefetch.to_device(batch, device)
+        moved["pixel_values"] = normalize(moved["pixel_values"])
+        return moved
+
+    # main.py's loader (Pillow in workers) goes through the toolbox's prefetcher; the GPU decoder and
+    # DALI, beyond it or the post's own, hand over batches made ready as the loop takes them.
+    own_loader = gpu_decode is not None or "dali_device" in run.data_info
+    prefetcher = (
+        None
+        if own_loader
+        else prefetch.Prefetcher(run.loader, device, ready, train_args.prefetch, hand_over=not every_step)
+    )
+    zeroed: str | None = None
     steps_per_epoch = len(run.loader)
     step, epoch = 0, 0
     done = False
     while not done and epoch < total_epochs:
         imagenet.set_epoch(run.loader, epoch)
-        for index, batch in enumerate(logger.batches(run.loader)):
-            if gpu_decode is not None:
-                images = gpu_decode(batch["jpeg"], batch["crop_box"], batch["flipped"], batch["source"])
-            else:
-                images = batch["pixel_values"].to(device, non_blocking=True)
-            images = normalize(images)
+        for index, batch in enumerate(logger.batches(prefetcher if prefetcher is not None else run.loader)):
+            if prefetcher is None:
+                batch = ready(batch)
             targets = tokenlabel.build_token_targets(
-                batch["label_map"].to(device, non_blocking=True),
+                batch["label_map"],
                 batch["crop_box"],
                 batch["flipped"],
                 batch["labels"],
@@ -650,20 +709,29 @@ def train_loop(
                 smoothing_form=data_args.token_label_smoothing,
             )
             with autocast:
-                cls_logits, dense_logits, box = forward(images)
+                cls_logits, dense_logits, box = forward(batch["pixel_values"])
             loss = loss_fn(cls_logits, dense_logits, box, targets)
-            optimizer.zero_grad(set_to_none=True)
+            loss_value: torch.Tensor | float = loss
+            if every_step and not distributed:
+                loss_value = loss.item()  # main.py: losses_m.update(loss.item(), ...)
+            optimizer.zero_grad(set_to_none=set_to_none)
+            if zeroed is None and step > 0:
+                zeroed = software.zero_grad_left(model.parameters())
             scaler.scale(loss).backward()
             if train_args.clip_grad is not None:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), train_args.clip_grad)
             scaler.step(optimizer)
             scaler.update()
+            if every_step:
+                streams.synchronize(device)  # main.py: torch.cuda.synchronize() after every step
             step += 1
             done = 0 < train_args.max_steps <= step
             last = done or (epoch == total_epochs - 1 and index == steps_per_epoch - 1)
+            if every_step and distributed and logger.logs(step, last):
+                loss_value = reduce_mean(loss)  # main.py: reduce_tensor(loss.data), then .item()
             lr = optimizer.param_groups[0]["lr"]
-            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss, last=last)
+            logger.step(step, epoch + (index + 1) / steps_per_epoch, lr, loss_value, last=last)
             if done:
                 break
         epoch += 1
@@ -675,6 +743,10 @@ def train_loop(
         "tf32": software.tf32(device.type),
         "mixed_precision": software.mixed_precision(run.amp_dtype),
         "data_path": data_path(run),
+        "host_sync": software.EVERY_STEP if every_step else software.LOGGING_STEPS,
+        "zero_grad": zeroed,
+        # DALI pipelines its batches itself; the GPU decoder runs on a stream of its own.
+        "input_stream": prefetcher.ran if prefetcher is not None else data_path(run),
     }
     return Trained(step, total_epochs, ran, software.ddp_buckets(forward))
 
