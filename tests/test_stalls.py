@@ -21,7 +21,7 @@ from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
 def clock(monkeypatch):
     state = {"now": 100.0}
     monkeypatch.setattr(rundir.time, "perf_counter", lambda: state["now"])
-    monkeypatch.setattr(rundir, "_synchronize", lambda: None)
+    monkeypatch.setattr(rundir.streams, "synchronize", lambda *a, **k: None)
     return state
 
 
