@@ -245,13 +245,9 @@ def preflight(c, recipe, options: RunOptions, steps=True, json_=False):
         print(checking.describe(asked, report))
         print(report.table())
         console.print(f"Preflight took {time.monotonic() - started:.0f} s.")
-    refused = report.refused()
-    if refused:
-        first = refused[0]
-        raise PreflightFailed(
-            f"{len(refused)} of {len(report.cells)} cell(s) would not run or be judged; "
-            f"{first.cell.cell_id}: {first.because}"
-        )
+    refusal = report.refusal()
+    if refusal:
+        raise PreflightFailed(refusal)
 
 
 ns = Collection(

@@ -5,7 +5,9 @@ anything runs. A fake nvidia-smi on PATH stands in for the driver's."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import fitted_devices
 from tests.conftest import run_inv
+from tests.fakes.drivers import HABANA, NVIDIA, hl_smi, nvidia_smi, pids
 
 H100 = "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i}0c7f1a2-0000-0000-0000-000000000000)"
 MIG_LISTING = "\n".join(
@@ -114,3 +117,79 @@ def test_more_devices_than_the_machine_has_are_refused(path_with):
 def test_the_smoke_scale_counts_nothing(path_with):
     path_with(None)
     assert fitted_devices("cuda", "smoke", None) is None
+
+
+# ---- the names the drivers print, each matched to its recipe device key ----------------------------
+
+
+@pytest.mark.parametrize(("key", "name"), sorted(NVIDIA.items()))
+def test_each_name_nvidia_smi_prints_is_its_recipe_device_key(key, name, tmp_path, monkeypatch):
+    nvidia_smi(tmp_path / "bin", [name] * 8)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    here = accelerators.devices_here("cuda")
+    assert (here.count, here.model) == (8, name)
+    assert accelerators.get("cuda").device_key(here.model) == key
+    # As `nvidia-smi --query-gpu=name` and torch.cuda.get_device_name() print it (the trainer records this).
+    (listed,) = set(subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                   capture_output=True, text=True, check=True).stdout.splitlines())  # fmt: skip
+    assert accelerators.get("cuda").device_key(listed) == key
+
+
+@pytest.mark.parametrize(("name", "key"), sorted(HABANA.items()))
+def test_each_name_hl_smi_prints_is_its_recipe_device_key(name, key, tmp_path, monkeypatch):
+    hl_smi(tmp_path / "bin", [name] * 8)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    here = accelerators.devices_here("gaudi2")
+    assert (here.count, here.model) == (8, name)
+    assert accelerators.get("gaudi2").device_key(here.model) == key
+
+
+def test_a_form_factor_is_a_device_of_its_own_and_an_unknown_name_has_no_key():
+    cuda = accelerators.get("cuda")
+    # The published H100 figures are of SXM boards: a PCIe H100 is not set beside them.
+    assert cuda.device_key("NVIDIA H100 PCIe") != cuda.device_key("NVIDIA H100 80GB HBM3")
+    assert cuda.device_key("NVIDIA A100 80GB PCIe") != "a100-80gb"
+    assert cuda.device_key("NVIDIA GeForce RTX 4090") is None
+    assert accelerators.get("gaudi2").device_key("HL-2250") is None
+
+
+# ---- a listing tool that fails or hangs is a refusal naming it, for `auto` too -------------------------
+
+
+def test_auto_with_a_failing_nvidia_smi_is_a_refusal_naming_it_not_a_cpu_machine(tmp_path):
+    nvidia_smi(tmp_path / "bin", [], exit_code=9)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
+    result = run_inv("reproduce", "all", "--dry-run", env=env)
+    assert result.returncode != 0, result.stdout
+    assert "No accelerator here" not in result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "reprokit: --accelerator auto: the cuda driver's tool does not answer (`nvidia-smi -L` exited 9: "
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.); fix the driver, or name the accelerator: --accelerator cpu, "
+        "or --accelerator cuda --devices N"
+    )
+
+
+@pytest.mark.parametrize("tool", ["nvidia-smi", "hl-smi"])
+def test_a_hung_listing_tool_is_stopped_with_what_it_started_and_refused(tool, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    (nvidia_smi if tool == "nvidia-smi" else hl_smi)(bin_dir, [], hang=True)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setattr(accelerators, "TOOL_TIMEOUT_S", 2)
+    with pytest.raises(
+        ReprokitError, match=rf"^--accelerator auto: .* \(`{tool} -L` gave no answer in 2 s \(stopped\)\)"
+    ):
+        accelerators.detect()
+    with pytest.raises(ReprokitError, match="gave no answer in 2 s"):
+        accelerators.devices_here("cuda" if tool == "nvidia-smi" else "gaudi2")
+    started = pids(bin_dir)
+    assert len(started) == 4  # the tool and its child, twice
+    assert not [pid for pid in started if alive(pid)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

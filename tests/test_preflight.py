@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from reprokit.preflight import baseimage
 from reprokit.preflight.checks import collective, steps, storage
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env, fake_recipe, tiny_imagenet
+from tests.fakes.drivers import hl_smi, nvidia_smi
 
 CPU = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local", "--container", "none")
 
@@ -51,11 +53,12 @@ def test_on_a_cpu_machine_the_smoke_cells_would_run_and_the_table_says_so(tmp_pa
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0] == "Preflight of 3 cell(s): cpu, smoke scale, volo"
-    assert any(line.startswith("  - devices  1 x cpu") for line in lines)
-    assert any(line.startswith("  - storage  ") and "writable" in line for line in lines)
+    found = findings(result)
+    assert ("-", "devices", "1 x cpu (cpu)") in found
+    assert any(f[:2] == ("-", "storage") and "writable" in f[2] for f in found)
     stepped = [
-        line for line in lines
-        if line.startswith("  - steps    volo--pretrain-d1 (for volo--finetune-d1-384, volo--pretrain-d1-modern-kernels): 3 steps in")
+        f[2] for f in found
+        if f[:2] == ("-", "steps") and f[2].startswith("volo--pretrain-d1 (for volo--finetune-d1-384, volo--pretrain-d1-modern-kernels): 3 steps in")
     ]  # fmt: skip
     assert stepped and "img/s" in stepped[0]
     table = lines[lines.index(next(line for line in lines if line.lstrip().startswith("cell "))) + 1 :]
@@ -80,7 +83,10 @@ def test_no_nvidia_smi_is_a_refusal_not_one_device(tmp_path):
     assert result.returncode == 1, result.stderr
     assert last_line(result).startswith("reprokit: ")
     assert "devices: cannot count this machine's cuda devices: nvidia-smi is not on PATH" in last_line(result)
-    assert "  x devices  cannot count this machine's cuda devices" in result.stdout
+    assert any(
+        f[:2] == ("x", "devices") and f[2].startswith("cannot count this machine's cuda devices")
+        for f in findings(result)
+    )
 
 
 def test_a_mig_listing_is_refused_for_cells_needing_whole_devices(tmp_path):
@@ -145,7 +151,7 @@ def test_a_read_only_cache_without_a_writable_scratch_is_refused(tmp_path):
         text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "REPROKIT_SCRATCH": str(scratch)},
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert "  x data     --data dataset_cache=" in result.stdout
+    assert any(f[:2] == ("x", "data") and f[2].startswith("--data dataset_cache=") for f in findings(result))
     assert f"is read-only and REPROKIT_SCRATCH={scratch} is not writable" in result.stdout
     assert f"bridgetower--workers0: data: --data dataset_cache={cache}" in last_line(result)
 
@@ -167,9 +173,10 @@ def test_a_read_only_cache_with_a_writable_scratch_would_be_trained_on_as_given(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert (
-        "  - data     --data dataset_cache: read-only; the trainer reads it through a writable view"
-        in result.stdout
-    )
+        "-",
+        "data",
+        "--data dataset_cache: read-only; the trainer reads it through a writable view (its locks go there)",
+    ) in findings(result)
     # The smoke scale's 12-row stand-in is not the pinned revision: said, not held against a smoke cell.
     assert "holds train 12, validation 4, test 4 rows, the pinned revision train 9792" in result.stdout
     (run_dir,) = (tmp_path / "out" / "preflight").glob("*/runs/bridgetower--workers0")
@@ -186,8 +193,144 @@ def test_a_published_cell_whose_steps_depart_would_not_be_judged(tmp_path):
     result = run_inv("preflight", str(recipe), "--accelerator", "cpu", "--scale", "published",
                      "--runtime", "local", "--container", "none", "--out", str(tmp_path / "out"), env=fake_env())  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert "  x steps    fake--v: 6 steps in" in result.stdout
+    assert any(f[:2] == ("x", "steps") and f[2].startswith("fake--v: 6 steps in") for f in findings(result))
     assert "but it departed: a loader fell back" in result.stdout
+
+
+# ---- a real machine's devices: no cell refused for want of a figure -------------------------------------
+
+
+def on_a_machine(tmp_path: Path, accelerator: str, names: list[str]) -> dict[str, str]:
+    """PATH with a fake driver tool listing `names` (what nvidia-smi or hl-smi prints)."""
+    bin_dir = tmp_path / "bin"
+    (nvidia_smi if accelerator == "cuda" else hl_smi)(bin_dir, names)
+    return {"PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
+
+
+def table(result: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+    """The preflight's table: cell -> (verdict, because)."""
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("cell "))
+    found = {}
+    for line in lines[start + 1 :]:
+        cell, rest = line.split(maxsplit=1)
+        verdict = next(v for v in VERDICTS if rest.startswith(v))
+        found[cell] = (verdict, rest[len(verdict) :].strip())
+    return found
+
+
+VERDICTS = ("would be judged", "would run, not judged", "would run, no reference", "would not")
+
+
+def findings(result: subprocess.CompletedProcess) -> list[tuple[str, str, str]]:
+    """The findings above the table: (x or -, check, message)."""
+    found = []
+    for line in result.stdout.splitlines():
+        if line.startswith(("  x ", "  - ")):
+            mark, check, message = line.split(maxsplit=2)
+            found.append((mark, check, message))
+    return found
+
+
+@pytest.mark.parametrize(("accelerator", "name"), [("cuda", "NVIDIA H100 80GB HBM3"), ("gaudi2", "HL-225")])
+def test_on_eight_real_devices_without_the_data_it_names_the_data_never_a_missing_figure(
+    accelerator, name, tmp_path
+):
+    result = run_inv("preflight", "all", "--accelerator", accelerator, "--no-steps", "--container", "none",
+                     "--out", str(tmp_path / "out"), env=on_a_machine(tmp_path, accelerator, [name] * 8))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "no published figure" not in result.stdout
+    assert ("-", "devices", f"8 x {name} ({accelerator})") in findings(result)
+    assert not [f for f in findings(result) if f[:2] == ("x", "devices")]
+    answers = table(result)
+    # Every recipe's published cells, beyond variants too, wait for the data, and say which.
+    for cell, (verdict, because) in answers.items():
+        assert verdict == "would not" and because.startswith("data: "), (cell, verdict, because)
+    named = {f[2].split(":")[0] for f in findings(result) if f[:2] == ("x", "data")}
+    assert named == ({"bridgetower", "vit-speedups", "volo"} if accelerator == "cuda" else {"bridgetower"})
+    assert "--data dataset_cache=PATH" in answers["bridgetower--workers0"][1]
+    # The last line names first what stops every cell here (a torch that sees no H100, no Habana stack).
+    assert last_line(result).startswith(
+        f"reprokit: {len(answers)} of {len(answers)} cell(s) would not run or be judged; "
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("accelerator", "name"), [("cuda", "NVIDIA H100 80GB HBM3"), ("gaudi2", "HL-225")])
+def test_on_eight_real_devices_given_the_data_each_cell_is_judged_by_its_own_figures(
+    accelerator, name, tmp_path
+):
+    pytest.importorskip("transformers")
+    from tests.fakes.newyorker import newyorker_cache
+    from tests.test_trainer_bridgetower import TINY
+
+    cache = newyorker_cache(tmp_path / "hf-cache", TINY, {"train": 9792, "validation": 531, "test": 528})
+    imagenet = tiny_imagenet(tmp_path / "imagenet")
+    labels = token_labels(tmp_path / "labels", imagenet)
+    result = run_inv("preflight", "all", "--accelerator", accelerator, "--no-steps", "--container", "none",
+                     "--data", f"dataset_cache={cache}", "--data", f"imagenet={imagenet}",
+                     "--data", f"token_labels={labels}", "--out", str(tmp_path / "out"),
+                     env=on_a_machine(tmp_path, accelerator, [name] * 8))  # fmt: skip
+    answers = table(result)
+    assert (
+        "-", "data", "--data dataset_cache: jmhessel/newyorker_caption_contest (matching) prepared, its splits of "
+        "the pinned size"
+    ) in findings(result)  # fmt: skip
+    refusals = [f for f in findings(result) if f[0] == "x"]
+    # What this machine truly lacks, and nothing else: a torch that sees the H100s, Habana's stack.
+    (refusal,) = refusals
+    if accelerator == "cuda":
+        assert refusal[1] == "trainers" and refusal[2].startswith("the torch of this Python")
+        assert "sees 0 CUDA device(s), the cells would use 8 of the NVIDIA H100 80GB HBM3" in refusal[2]
+        machine = "trainers (above); then "
+    else:
+        assert refusal[1] == "image" and refusal[2].startswith("the gaudi2 cells need habana_frameworks")
+        machine = "image (above); then "
+    assert result.returncode == 1
+    for cell, (verdict, because) in answers.items():
+        assert verdict == "would not" and because.startswith(machine), (cell, because)
+    then = {cell: because.removeprefix(machine) for cell, (_, because) in answers.items()}
+    if accelerator == "cuda":
+        assert then["bridgetower--workers0"] == "would be judged: against 336.5 samples/s on 8 h100"
+        assert then["bridgetower--workers2"] == "would be judged: against 602.1 samples/s on 8 h100"
+        # The ladder by its ratios, which need no figure of this device; its baseline is their denominator.
+        assert (
+            then["vit-speedups--fsdp"]
+            == "would be judged: by its speedup over its baseline (published 1.51x)"
+        )
+        assert then["vit-speedups--baseline"].startswith("would be judged: as the baseline")
+        assert (
+            then["vit-speedups--amp"]
+            == "would run, no reference: nothing was published for this variant alone"
+        )
+        # VOLO's figure is an A100's: it runs here with no reference, and says which figure it has.
+        assert then["volo--pretrain-d5"] == (
+            "would run, no reference: no published figure for NVIDIA H100 80GB HBM3 (h100); this cell's: "
+            "500 img/s on 8 a100-80gb; 2100 img/s on 40 x 5 nodes a100-80gb"
+        )
+        assert then["volo--pretrain-d5-sdpa"] == (
+            "would be judged: by its speedup over pretrain-d5, measured in the same session"
+        )
+    else:
+        assert then["bridgetower--workers0"] == "would be judged: against 601.5 samples/s on 8 gaudi2"
+        assert then["bridgetower--fastddp-workers1-mediapipe-v1"] == (
+            "would be judged: by its speedup over its baseline (published 1.51x)"
+        )
+    assert not [
+        c for c, b in then.items() if not b.startswith(("would be judged", "would run, no reference"))
+    ]
+
+
+def token_labels(root: Path, imagenet: Path) -> Path:
+    """A token-label map (torch.save) for each image of `imagenet`, in the toolbox's layout."""
+    import torch
+
+    for image in (imagenet / "train").glob("*/*.JPEG"):
+        (root / image.parent.name).mkdir(parents=True, exist_ok=True)
+        torch.save(
+            torch.zeros(2, 5, 14, 14, dtype=torch.float16), root / image.parent.name / f"{image.stem}.pt"
+        )
+    return root
 
 
 # ---- the pieces ----------------------------------------------------------------------------------

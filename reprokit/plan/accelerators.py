@@ -3,8 +3,12 @@ and the base images' manifests (bases.yaml): what each ships that the kit's pins
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from functools import cache
@@ -191,11 +195,13 @@ class Profile(BaseModel):
         return LOCKS_DIR / f"{self.name}.txt"
 
     def device_key(self, device_name: str | None) -> str | None:
-        """Map a device name reported by the trainer (e.g. 'NVIDIA H100 80GB HBM3') to a reference key."""
+        """The recipes' key of a device as its driver or the trainer names it ('NVIDIA H100 80GB HBM3'
+        -> h100): the whole name matched against `device_names`, in their order; None for a device no
+        key names (its cells run with no reference)."""
         if not device_name:
             return None
         for key, pattern in self.device_names.items():
-            if re.search(pattern, device_name, flags=re.IGNORECASE):
+            if re.fullmatch(pattern, device_name.strip(), flags=re.IGNORECASE):
                 return key
         return None
 
@@ -260,22 +266,69 @@ def get(name: str) -> Profile:
     return known[name]
 
 
-def _succeeds(command: str) -> bool:
-    executable = command.split()[0]
-    if executable != "true" and shutil.which(executable) is None:
-        return False
+# Seconds a driver's listing tool may take (a wedged driver hangs nvidia-smi for minutes).
+TOOL_TIMEOUT_S = 30
+
+
+def run_tool(command: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """A driver's tool, run as its command says (no shell), in a process group of its own: on a hang
+    the whole group is killed, so nothing it started outlives the kit's limit. Raises
+    subprocess.TimeoutExpired after killing it, FileNotFoundError where it is not installed."""
+    argv = shlex.split(command)
+    timeout = TOOL_TIMEOUT_S if timeout is None else timeout
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # Before it is reaped: its pid, the group's id, cannot have been reused yet.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def tool_failure(command: str) -> str | None:
+    """Why `command` (a driver's listing tool) gave no listing, in a phrase; None when it exited 0."""
     try:
-        return subprocess.run(command, shell=True, capture_output=True, timeout=30).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
+        done = run_tool(command)
+    except subprocess.TimeoutExpired as timed_out:
+        return f"`{command}` gave no answer in {timed_out.timeout:.0f} s (stopped)"
+    except OSError as error:
+        return f"`{command}` could not run: {error.strerror or error}"
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return f"`{command}` exited {done.returncode}{': ' + said[-1].strip() if said else ''}"
+    return None
 
 
 def detect() -> str:
-    """The accelerator of this machine, by each profile's detect command."""
+    """The accelerator of this machine, by each profile's detect command. A profile's tool that is
+    not installed means not that accelerator; one that is installed but fails or hangs is a refusal
+    naming it (a broken driver is not a CPU machine: its smoke cells would be no answer)."""
     known = profiles()
     for name in DETECTION_ORDER:
-        if name in known and _succeeds(known[name].detect):
+        if name not in known:
+            continue
+        command = known[name].detect
+        if command == "true":
             return name
+        if shutil.which(shlex.split(command)[0]) is None:
+            continue
+        failure = tool_failure(command)
+        if failure is None:
+            return name
+        raise ReprokitError(
+            f"--accelerator auto: the {name} driver's tool does not answer ({failure}); fix the driver, or "
+            f"name the accelerator: --accelerator cpu, or --accelerator {name} --devices N"
+        )
     return "cpu"
 
 
@@ -291,23 +344,28 @@ def devices_here(name: str) -> Devices:
     listing = profile.devices
     if listing is None:
         return Devices(name, ("cpu",))
-    executable = listing.command.split()[0]
+    executable = shlex.split(listing.command)[0]
     if shutil.which(executable) is None:
         raise ReprokitError(
             f"cannot count this machine's {name} devices: {executable} is not on PATH (the driver's tools); "
             "install them, or give the count with --devices N"
         )
     try:
-        done = subprocess.run(listing.command, shell=True, capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
+        done = run_tool(listing.command)
+    except subprocess.TimeoutExpired as timed_out:
         raise ReprokitError(
-            f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in 30 s"
+            f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in "
+            f"{timed_out.timeout:.0f} s (stopped)"
+        ) from None
+    except OSError as error:
+        raise ReprokitError(
+            f"cannot count this machine's {name} devices: `{listing.command}` could not run: {error.strerror or error}"
         ) from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise ReprokitError(
             f"cannot count this machine's {name} devices: `{listing.command}` exited {done.returncode}"
-            f"{': ' + said[-1] if said else ''}"
+            f"{': ' + said[-1].strip() if said else ''}"
         )
     models: list[str] = []
     partitions = 0

@@ -40,7 +40,13 @@ def run(request: Request, out: str | None = None, steps: bool = True) -> Report:
         made = check()
         if made.applies(context):
             context.findings += made.run(context)
-    return Report(list(the_plan.cells), context.findings, list(the_plan.messages))
+    return Report(
+        list(the_plan.cells),
+        context.findings,
+        list(the_plan.messages),
+        device=context.device_key,
+        device_name=context.device_name,
+    )
 
 
 def describe(request: Request, report: Report) -> str:

@@ -36,7 +36,7 @@ def _prepare_dataset(root: Path, rows: dict[str, int]) -> None:
         def _generate_examples(self, n):
             for i in range(n):
                 jpeg = io.BytesIO()
-                Image.new("RGB", (320 + 8 * i, 300), (20 * i % 255, 110, 60)).save(jpeg, "JPEG")
+                Image.new("RGB", (320 + 8 * (i % 32), 300), (20 * i % 255, 110, 60)).save(jpeg, "JPEG")
                 yield (
                     i,
                     {

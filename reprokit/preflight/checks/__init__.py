@@ -11,7 +11,8 @@ from reprokit.preflight.checks.devices import Devices
 from reprokit.preflight.checks.image import Image
 from reprokit.preflight.checks.steps import Steps
 from reprokit.preflight.checks.storage import Storage
+from reprokit.preflight.checks.trainers import Trainers
 
-CHECKS: tuple[type[Check], ...] = (Devices, Image, Storage, Data, Steps, Collective)
+CHECKS: tuple[type[Check], ...] = (Devices, Image, Trainers, Storage, Data, Steps, Collective)
 
 __all__ = ["CHECKS", "Check"]

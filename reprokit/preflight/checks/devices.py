@@ -1,5 +1,6 @@
-"""Devices: what this machine has (count, model, MIG), whether the cells' layout fits it, and whether a
-published figure exists for its device."""
+"""Devices: what this machine has (count, model, MIG), whether the cells' layout fits it, and the key its
+device has in the recipes' references (accelerators.yaml device_names): a published cell with no figure
+for it runs with no reference, never "would not"."""
 
 from __future__ import annotations
 
@@ -37,24 +38,23 @@ class Devices(Check):
         found.append(self.finding(f"{here.describe()} ({plan.accelerator})"))
         for cell in context.cells if devices is not None else []:
             cell.devices = devices  # what the session would run: the published count, capped at what is here
-        key = context.profile.device_key(here.model)
-        missing = tuple(
-            c.cell_id
-            for c in context.cells
-            if c.scale == "published"
-            and not c.beyond
-            and not any(r.get("device") == key for r in c.references)
-        )
-        if missing:
-            published_on = sorted(
-                {r["device"] for c in context.cells for r in c.references if r.get("device")}
-            )
-            found.append(
-                self.finding(
-                    f"no published figure for {here.model} ({key or 'a device no recipe names'}): the figures are on "
-                    f"{', '.join(published_on) or 'no device'}",
-                    True,
-                    missing,
-                )
-            )
+        context.device_name = here.model
+        context.device_key = context.profile.device_key(here.model)
+        if any(c.scale == "published" and not c.beyond for c in context.cells):
+            found.append(self._figures(context))
         return found
+
+    def _figures(self, context: Context) -> Finding:
+        """Which published cells have a figure for this device: the others run with no reference (a
+        figure of another device is never set beside this one's number), never refused for it."""
+        key = context.device_key
+        published = [c for c in context.cells if c.scale == "published" and not c.beyond]
+        with_figure = [c for c in published if any(r.get("device") == key for r in c.references)]
+        ratios = [c for c in published if any(r.get("ratio") is not None for r in c.references)]
+        parts = [f"{len(with_figure)} cell(s) have a published figure for it"]
+        if ratios:
+            parts.append(f"{len(ratios)} a published speedup (a ratio, on any device)")
+        named = key or "a device no recipe names"
+        return self.finding(
+            f"{context.device_name} is {named} in the recipes' references: " + "; ".join(parts)
+        )
