@@ -256,6 +256,58 @@ def test_a_variant_beyond_the_publication_is_read_as_its_speedup_over_the_publis
     assert rows["workers2-fused"].ratio_per_device is None
 
 
+SHARED = {
+    "reason": "the machine was shared while the run measured: processes outside the run used 1.0 of 2 CPU "
+    "cores on average (load average up to 6.5)",
+    "kind": "throughput",
+}
+
+
+@pytest.mark.parametrize("disturbed", ["published", "beyond"])
+def test_a_speedup_beyond_the_publication_needs_both_runs_free_of_throughput_departures(tmp_path, disturbed):
+    from rich.console import Console
+
+    from reprokit.results import terminal
+
+    path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor"}, variants_beyond=True)
+    published, beyond = _cell_of(path, "workers2"), _cell_of(path, "workers2-fused")
+    slow = {"departures": [SHARED]}
+    _run_dir(tmp_path, published, "NVIDIA H100 80GB HBM3",
+             {**_measured(after=5.0, whole=5.0), "software": {"optimizer": "adamw-per-tensor"},
+              **(slow if disturbed == "published" else {})})  # fmt: skip
+    _run_dir(tmp_path, beyond, "NVIDIA H100 80GB HBM3",
+             {**_measured(after=98.4, whole=98.4), **(slow if disturbed == "beyond" else {})})  # fmt: skip
+    row = {r.variant: r for r in collect.rows(tmp_path / "session")}["workers2-fused"]
+    # 19.68x, measured: not a claim that today's software is 20 times faster.
+    assert row.measured_speedup == pytest.approx(19.68)
+    assert row.speedup_verdict == verdicts.NOT_COMPARABLE
+    side = "workers2: " if disturbed == "published" else ""
+    assert row.speedup_verdict_reasons == side + SHARED["reason"]
+    console = Console(width=400, record=True)
+    terminal.print_table([row], console)
+    assert "19.68x (-) not comparable" in console.export_text()
+    assert "19.68x (-) beyond the publication" not in console.export_text()
+
+
+def test_a_speedup_beyond_the_publication_of_two_clean_runs_is_read_as_such(tmp_path):
+    path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor"}, variants_beyond=True)
+    published, beyond = _cell_of(path, "workers2"), _cell_of(path, "workers2-fused")
+    _run_dir(tmp_path, published, "NVIDIA H100 80GB HBM3",
+             {**_measured(after=90.0, whole=80.0), "software": {"optimizer": "adamw-per-tensor"}})  # fmt: skip
+    _run_dir(tmp_path, beyond, "NVIDIA H100 80GB HBM3", _measured(after=120.0, whole=100.0))
+    row = {r.variant: r for r in collect.rows(tmp_path / "session")}["workers2-fused"]
+    assert (row.speedup_verdict, row.speedup_verdict_reasons) == (verdicts.BEYOND, None)
+
+
+def test_a_smoke_speedup_beyond_the_publication_is_not_comparable(tmp_path):
+    recipe = recipes.load("volo")
+    smoke = {c.variant: c for c in cells.expand(recipe, "volo", "cpu", "smoke")}
+    _run_dir(tmp_path, smoke["pretrain-d1"], "cpu", _measured(after=1.78, whole=1.5))
+    _run_dir(tmp_path, smoke["pretrain-d1-modern-kernels"], "cpu", _measured(after=35.0, whole=30.0))
+    row = {r.variant: r for r in collect.rows(tmp_path / "session")}["pretrain-d1-modern-kernels"]
+    assert row.speedup_verdict == verdicts.NOT_COMPARABLE and row.speedup_verdict_reasons == "smoke scale"
+
+
 @pytest.mark.parametrize(
     "change, expected",
     [

@@ -74,6 +74,16 @@ def published_speedup(row: Row, base: Row) -> tuple[float | None, str | None, st
     return None, None, STEADY
 
 
+def both_sides(row: Row, other: Row, definition: str) -> list[str]:
+    """Why a speedup of `row` over `other` is no verdict: a throughput departure of either run (the
+    other's named by its variant), or a run too short for a length-dependent definition. A speedup is
+    a verdict of two runs, and each must have measured what it claims."""
+    reasons = [*blocking(row.departures), *length_reasons(row.max_steps, definition)]
+    theirs = [*blocking(other.departures), *length_reasons(other.max_steps, definition)]
+    named = [r if r in reasons else f"{other.variant}: {r}" for r in theirs]
+    return list(dict.fromkeys([*reasons, *named]))
+
+
 def over_baseline(row: Row, base: Row) -> Speedup:
     """A row's throughput over its group's baseline measured in the same session, beside the published
     speedup, under the published figures' definition; judged only when both runs did what the
@@ -82,9 +92,7 @@ def over_baseline(row: Row, base: Row) -> Speedup:
     measured = per_device_ratio(row, base, definition)
     if measured is None or published is None:
         return Speedup(measured, published, device, definition)
-    reasons = list(dict.fromkeys(blocking(row.departures) + blocking(base.departures)))
-    reasons += length_reasons(row.max_steps, definition) + length_reasons(base.max_steps, definition)
-    reasons = list(dict.fromkeys(reasons))
+    reasons = both_sides(row, base, definition)
     tolerance = row.tolerance if row.tolerance is not None else 0.10
     outcome = verdict(measured / published, tolerance, reasons)
     why = "; ".join(reasons) if outcome == NOT_COMPARABLE else None
@@ -94,11 +102,17 @@ def over_baseline(row: Row, base: Row) -> Speedup:
 def over_published(row: Row, published: Row | None) -> Speedup:
     """A variant beyond the publication over the published variant it goes beyond, both measured in
     this session at the same scale and node count, under the published variant's definition: what
-    today's software buys on the old recipe. The published variant's own verdict says whether it ran
-    the publication's software."""
+    today's software buys on the old recipe. Read as that (`beyond the publication`) only when both
+    runs are free of throughput departures (a shared machine, synthetic data, the smoke scale), else
+    `not comparable` and why: a speedup over a disturbed baseline reads as a gain it is not."""
     definition = (published.definition if published else None) or STEADY
     measured = per_device_ratio(row, published, definition)
-    return Speedup(measured, None, None, definition, BEYOND if measured is not None else None)
+    if measured is None or published is None:
+        return Speedup(measured, None, None, definition)
+    reasons = both_sides(row, published, definition)
+    if reasons:
+        return Speedup(measured, None, None, definition, NOT_COMPARABLE, "; ".join(reasons))
+    return Speedup(measured, None, None, definition, BEYOND)
 
 
 def speedups(rows: list[Row]) -> dict[str, Speedup]:
