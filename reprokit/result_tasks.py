@@ -9,6 +9,7 @@ from pathlib import Path
 
 from reprokit import settings
 from reprokit.errors import ReprokitError
+from reprokit.positionals import OptionalPositionals
 from reprokit.results import collect as collecting
 from reprokit.results import report as reporting
 from reprokit.results import terminal
@@ -79,8 +80,11 @@ def report(c, session, results=None):
 
 @task(
     name="history",
+    klass=OptionalPositionals,
+    positional=["recipe"],
+    fallbacks={"recipe": "all"},
     help={
-        "recipe": "a recipe, or all",
+        "recipe": "a recipe, or all (the default)",
         "cell": "only cells whose id contains this",
         "device": "only runs on devices whose name contains this (H100, a100-80gb, ...)",
         "results": RESULTS_HELP,

@@ -25,6 +25,7 @@ from invoke.parser import ParserContext
 from reprokit.errors import ReprokitError
 from reprokit.invocation import command
 from reprokit.options import OPTIONS, RunOptions, default_of
+from reprokit.positionals import OptionalPositionals
 from reprokit.run import files
 from reprokit.textsafe import line
 
@@ -127,11 +128,13 @@ def options_task(
     positional: str = "recipe",
     defaults: dict[str, Any] | None = None,
     extra: dict[str, tuple[Any, str]] | None = None,
+    fallback: str | None = None,
     **task_kwargs: Any,
 ):
     """Make an invoke task of `fn(c, recipe, options, **extra)` whose flags are the RunOptions fields
     `names` and the task's own `extra` ones (name: (default, help)); `recipe`: whether the task takes
-    a recipe as its positional argument (always given: `all` where a task takes every recipe)."""
+    a recipe as its positional argument; `fallback`: what a left-out one means (`all`), else it must
+    be given."""
     defaults = defaults or {}
     extra = extra or {}
 
@@ -177,6 +180,8 @@ def options_task(
         helps.update({name.rstrip("_"): text for name, (_, text) in extra.items()})
         if recipe:
             helps[positional] = recipe_help
+        if recipe and fallback is not None:
+            task_kwargs.update(klass=OptionalPositionals, fallbacks={positional: fallback})
         return task(
             body,
             help=helps,

@@ -35,7 +35,7 @@ from reprokit.run.wiring import runtime_for
 from reprokit.tasking import friendly, options_task, task
 from reprokit.textsafe import line
 
-RECIPES_HELP = "a recipe name or path, several separated by commas, or all"
+RECIPES_HELP = "a recipe name or path, several separated by commas, or all (the default)"
 # `inv TASK --help | head`: invoke prints the help before any task runs, so the quiet end of a closed
 # pipe is installed when the tasks are loaded.
 pipes.quiet_broken_pipe()
@@ -193,7 +193,7 @@ def run(c, recipe, options: RunOptions):
     _run([recipe], options)
 
 
-@options_task(RUN_FIELDS, recipe_help=RECIPES_HELP)
+@options_task(RUN_FIELDS, recipe_help=RECIPES_HELP, fallback="all")
 @friendly
 def reproduce(c, recipe, options: RunOptions):
     """Rerun the published recipes at the scale that fits this machine, then collect and report."""
@@ -214,6 +214,7 @@ def resume(c, session, options: RunOptions):
 @options_task(
     PREFLIGHT_FIELDS,
     recipe_help=RECIPES_HELP,
+    fallback="all",
     extra={
         "steps": (
             True,

@@ -166,3 +166,65 @@ def test_hints_name_the_command_the_user_ran(monkeypatch, argv0, expected):
 
     monkeypatch.setattr(sys, "argv", [argv0, "reproduce"])
     assert invocation.command() == expected
+
+
+# ---- a recipe left out means every recipe; a session resumed is named, not SESSION ------------------------
+
+
+def test_preflight_with_no_recipe_checks_every_recipe(tmp_path):
+    result = run_inv("preflight", "--accelerator", "cpu", "--no-steps", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "Preflight of 16 cell(s): cpu, smoke scale, every recipe"
+
+
+def test_reproduce_with_no_recipe_plans_every_recipe():
+    result = run_inv("reproduce", *CPU_DRY)
+    assert result.returncode == 0, result.stderr
+    shown = {
+        line.split()[1].split("--")[0]
+        for line in result.stdout.splitlines()
+        if line.startswith("# ") and "--" in line
+    }
+    assert shown == {"bridgetower", "vit-speedups", "volo"}
+
+
+def test_history_with_no_recipe_reads_every_recipe_of_the_results_folder(tmp_path):
+    from tests.fixtures.make_results_session import collected
+
+    session = collected(tmp_path / "results")
+    result = run_inv("history", "--results", str(session.parent))
+    assert result.returncode == 0, result.stderr
+    assert "bridgetower--workers0" in result.stdout and "volo--pretrain-d5" in result.stdout
+
+
+def _half_done_session(tmp_path):
+    """A session of a fake recipe: one cell complete, one failed."""
+    from tests.fakes import fake_env, fake_recipe
+
+    recipe = fake_recipe(tmp_path / "fake.yaml", [
+        {"name": "done", "baseline": True, "args": {"fake_steps": 2}},
+        {"name": "broke", "args": {"fake_crash": "a disk went away"}},
+    ])  # fmt: skip
+    out = tmp_path / "results"
+    ran = run_inv("run", str(recipe), "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
+                  "--container", "none", "--out", str(out), env=fake_env())  # fmt: skip
+    assert ran.returncode == 1, ran.stderr  # one cell did not complete
+    (session,) = [p for p in out.iterdir() if p.is_dir()]
+    return out, session
+
+
+@pytest.mark.parametrize("command", [("resume", "latest"), ("reproduce", "--resume", "latest")])
+def test_a_resumes_dry_run_lists_only_what_would_run_in_the_sessions_own_folder(tmp_path, command):
+    from tests.fakes import fake_env
+
+    out, session = _half_done_session(tmp_path)
+    result = run_inv(*command, "--out", str(out), "--dry-run", env=fake_env())
+    assert result.returncode == 0, result.stderr
+    assert "# complete, kept (not rerun): fake--done" in result.stdout
+    planned = [
+        line for line in result.stdout.splitlines() if line.startswith("# fake--") and "(local" in line
+    ]
+    assert planned == ["# fake--broke (local, smoke, cpu)"]
+    assert "fake--done" not in result.stdout.replace("# complete, kept (not rerun): fake--done", "")
+    assert "SESSION" not in result.stdout
+    assert result.stdout.startswith(f"# resuming {session.resolve()}\n")

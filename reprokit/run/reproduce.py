@@ -18,24 +18,38 @@ from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, plan
 from reprokit.plan.request import Request
 from reprokit.results import collect, report, terminal
-from reprokit.run import files, liveness, session, supervise
+from reprokit.run import files, liveness, rundirs, session, supervise
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
 
 
-def dry_run_text(the_plan: Plan, request: Request, out: str | None) -> str:
-    """What would run: each cell's run.sh, and what its runtime and container wrap around it."""
+def dry_run_text(the_plan: Plan, request: Request, out: str | None, session_dir: Path | None = None) -> str:
+    """What would run: each cell's run.sh, and what its runtime and container wrap around it. For a
+    resumed session (`session_dir`), only the cells that would run again, in that session's folder;
+    the complete ones are named as kept."""
     profile = accelerators.get(the_plan.accelerator)
     runtime = runtime_for(the_plan, request.runtime_options)
     where = the_plan.runtime + ("" if the_plan.container == "none" else f" in {the_plan.container}")
+    # A new session's folder is named when it starts: SESSION stands for it.
+    runs = (session_dir or Path(out or session.RESULTS_DIR) / "SESSION").resolve() / session.RUNS
     parts: list[str] = []
+    kept = [
+        c.cell_id for c in the_plan.cells if session_dir is not None and rundirs.is_complete(runs / c.cell_id)
+    ]
+    if session_dir is not None:
+        parts.append(f"# resuming {session_dir.resolve()}")
+    if kept:
+        parts.append(f"# complete, kept (not rerun): {', '.join(kept)}")
     for cell in the_plan.cells:
+        if cell.cell_id in kept:
+            continue
         parts.append(f"# {cell.cell_id} ({where}, {cell.scale}, {cell.accelerator})")
         parts.append(run_script(cell, profile))
-        run_dir = Path(out or session.RESULTS_DIR).resolve() / "SESSION" / session.RUNS / cell.cell_id
-        wrapping = runtime.dry_run(cell, run_dir, profile)
+        wrapping = runtime.dry_run(cell, runs / cell.cell_id, profile)
         if wrapping:
             parts.append(wrapping)
+    if session_dir is not None and len(kept) == len(the_plan.cells):
+        parts.append(f"# nothing would run: every cell of {session_dir} is complete")
     return "\n".join(parts)
 
 
@@ -54,7 +68,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     for message in the_plan.messages:
         console.print(message)
     if dry_run:
-        print(dry_run_text(the_plan, request, out))
+        print(dry_run_text(the_plan, request, out, session_dir if resume else None))
         return None
     if resume:
         # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.
