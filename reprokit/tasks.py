@@ -55,15 +55,14 @@ def recipes_(c, recipes=None, json_=False):
     with_settings(RunOptions(recipes=list(recipes or [])))
     from reprokit.plan import recipes as kit_recipes
 
+    found = kit_recipes.load_unique(kit_recipes.available())
     if json_:
         from reprokit import schemas
 
-        found = [kit_recipes.load(name) for name in kit_recipes.available()]
-        print(schemas.dumps("recipes", {"recipes": [_recipe_json(recipe) for recipe in found]}))
+        print(schemas.dumps("recipes", {"recipes": [_recipe_json(recipe) for recipe in found.values()]}))
         return
     # A recipe is a file anyone can write: its words reach the terminal as text, never as its controls.
-    for name in kit_recipes.available():
-        recipe = kit_recipes.load(name)
+    for name, recipe in found.items():
         publication = recipe.publication
         print(line(f"{name:14s} {recipe.title}  [{publication.organization}, {publication.year}]"))
         for variant in recipe.variants:

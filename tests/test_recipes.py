@@ -285,3 +285,85 @@ def test_show_of_an_accelerator_no_variant_runs_on_says_why(inv):
     assert result.stderr.strip() == (
         "reprokit: recipe volo has no variant for gaudi2 at the published scale (its variants run on cpu, cuda)"
     )
+
+
+# ---- one name, one recipe; a recipe file read within bounds -----------------------------------------------
+
+
+def _user_volo(folder, name: str = "volo"):
+    """A user's copy of the kit's VOLO recipe, as a user makes one to change a variant."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(recipes.resolve_path("volo").read_text())
+    return path
+
+
+def test_a_users_recipe_named_like_a_kit_one_is_refused_naming_both_files(inv, tmp_path):
+    mine = _user_volo(tmp_path / "mine")
+    result = inv("recipes", "--recipes", str(tmp_path / "mine"))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: two recipes named 'volo': {recipes.resolve_path('volo')} and {mine}; a session's cells and "
+        "results are named by the recipe, so rename one (its file and its `name:`)"
+    )
+
+
+def test_a_recipe_given_by_path_beside_the_kit_one_of_its_name_is_refused_not_mixed(inv, tmp_path):
+    mine = _user_volo(tmp_path / "mine", "my-volo")  # another file name, the same `name: volo`
+    result = inv("reproduce", f"volo,{mine}", "--accelerator", "cpu", "--dry-run")
+    assert result.returncode != 0
+    assert (
+        f"two recipes named 'volo': {recipes.resolve_path('volo').resolve()} and {mine.resolve()}"
+        in result.stderr
+    )
+    assert "# volo--" not in result.stdout
+    # The same file named twice is one recipe, its cells once.
+    twice = inv("reproduce", f"volo,{recipes.resolve_path('volo')}", "--accelerator", "cpu", "--dry-run")
+    assert twice.returncode == 0, twice.stderr
+    assert [line for line in twice.stdout.splitlines() if line.startswith("# volo--pretrain-d1 ")] == [
+        "# volo--pretrain-d1 (local, smoke, cpu)"
+    ]
+
+
+def _alias_bomb(path, levels: int = 9):
+    """The kit's BridgeTower recipe with a 'billion laughs' under model.architecture: ten aliases of
+    the level below on each of `levels` levels, 10**levels values once expanded, in a few lines."""
+    lines = ["    l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    text = recipes.resolve_path("bridgetower").read_text()
+    start = text.index("  architecture:\n") + len("  architecture:\n")
+    end = text.index("\n  ", text.index("\n", text.index("max_position_embeddings", start)))
+    path.write_text(text[:start] + "\n".join(lines) + "\n" + text[end + 1 :])
+    return path
+
+
+@pytest.mark.parametrize("task", [("recipes", "--recipes"), ("show", "--json"), ("reproduce", "--dry-run")])
+def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_is_read_into_memory(inv, tmp_path, task):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    bomb = _alias_bomb(folder / "laughs.yaml")
+    args = ("recipes", "--recipes", str(folder)) if task[0] == "recipes" else (task[0], str(bomb), task[1])
+    result = inv(*args, "--accelerator", "cpu") if task[0] != "recipes" else inv(*args)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: {bomb}: its aliases expand to more than 300,000 values (a recipe has a few thousand); "
+        "refused before reading it into memory"
+    )
+    assert "Traceback" not in result.stderr and len(result.stdout) < 10_000
+
+
+def test_a_recipe_that_contains_itself_or_is_too_large_is_refused(tmp_path):
+    looped = tmp_path / "looped.yaml"
+    looped.write_text("name: x\nmodel: &m {architecture: *m}\n")
+    with pytest.raises(
+        ReprokitError, match=r"looped.yaml: not a recipe: an alias refers to a node that contains it"
+    ):
+        recipes.load(str(looped))
+    large = tmp_path / "large.yaml"
+    large.write_text("name: x\nnotes:\n" + "  - padding padding padding padding padding\n" * 40_000)
+    with pytest.raises(ReprokitError, match=r"large.yaml: 1,760,0\d\d bytes, more than a recipe can be"):
+        recipes.load(str(large))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ReprokitError, match=r"deep.yaml: not a recipe: nested too deep to read"):
+        recipes.load(str(deep))

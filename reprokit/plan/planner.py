@@ -104,8 +104,8 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
             f"{found} here: running the {scale} scale with the {runtime} runtime{inside}{reason}."
         )
     devices = request.devices
-    names = request.recipes or recipes.available()
-    loaded = {name: recipes.load(name) for name in names}
+    loaded = recipes.load_unique(request.recipes or recipes.available())
+    names = list(loaded)
     real_data = resolve_data(list(loaded.values()), request.data)
     found: list[Cell] = []
     empty: list[str] = []

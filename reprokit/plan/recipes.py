@@ -14,11 +14,11 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from reprokit.errors import ReprokitError
 from reprokit.layout import RECIPES
+from reprokit.plan import boundedyaml
 from reprokit.plan.recipe_schema import (
     SCALES,
     SOFTWARE_KEYS,
@@ -42,7 +42,7 @@ def use_dirs(dirs: Iterable[str | Path]) -> None:
         path = Path(folder).expanduser()
         if not path.is_dir():
             raise ReprokitError(f"recipe folder {folder} does not exist (--recipes or the 'recipes' setting)")
-        if path.resolve() not in [d.resolve() for d in _user_dirs]:
+        if path.resolve() not in [d.resolve() for d in search_dirs()]:
             _user_dirs.append(path)
 
 
@@ -50,13 +50,42 @@ def search_dirs() -> list[Path]:
     return [RECIPES_DIR, *_user_dirs]
 
 
+def clash(name: str, first: Path, second: Path) -> ReprokitError:
+    """Two recipe files of one name: cells, results and history are named by a recipe's name, so one
+    would hide the other or two would mix under it."""
+    return ReprokitError(
+        f"two recipes named {name!r}: {first} and {second}; a session's cells and results are named by "
+        "the recipe, so rename one (its file and its `name:`)"
+    )
+
+
 def available() -> list[str]:
-    """Recipe names, the kit's first; a user's recipe of the same name as a kit one is shadowed."""
+    """Recipe names, the kit's first, then the user's folders'; a user's recipe named like another is
+    refused, naming both files (it would be hidden by it)."""
     names: dict[str, Path] = {}
     for folder in search_dirs():
         for path in sorted(folder.glob("*.yaml")):
+            if path.stem in names and names[path.stem].resolve() != path.resolve():
+                raise clash(path.stem, names[path.stem], path)
             names.setdefault(path.stem, path)
     return list(names)
+
+
+def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
+    """The recipes of a session, each file once, by what named it; two files whose recipes have one
+    `name:` (a user's file given by path beside the kit's recipe of that name) are refused."""
+    loaded: dict[str, Recipe] = {}
+    files: dict[Path, str] = {}
+    named: dict[str, Path] = {}
+    for given in names_or_paths:
+        path = resolve_path(given).resolve()
+        if path in files:
+            continue  # the same file named twice (volo,recipes/volo.yaml): its cells once
+        recipe = load(given)
+        if recipe.name in named:
+            raise clash(recipe.name, named[recipe.name], path)
+        files[path], named[recipe.name], loaded[given] = given, path, recipe
+    return loaded
 
 
 def is_kit_recipe(path: Path) -> bool:
@@ -79,13 +108,7 @@ def resolve_path(name_or_path: str) -> Path:
 
 def load(name_or_path: str) -> Recipe:
     path = resolve_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ReprokitError(f"{path}{where}: not valid YAML: {problem}") from None
+    raw = boundedyaml.load(path, "recipe")
     if not isinstance(raw, dict):
         raise ReprokitError(f"{path}: expected a mapping of recipe keys at the top level")
     try:
