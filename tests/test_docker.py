@@ -196,6 +196,33 @@ def test_given_data_is_mounted_read_only_and_the_trainer_gets_a_scratch_folder_i
     assert "  -e REPROKIT_SCRATCH=/tmp/reprokit-scratch \\" in spec.command_line()
 
 
+def test_a_log_the_disk_refuses_is_given_up_while_the_containers_output_is_still_followed():
+    """The full disk is /dev/full (every write ENOSPC): the copy gives up the log, not the stream, so
+    the handle still sees the container end, and no thread dies with a traceback."""
+    import threading
+
+    chunks = [b"step %d\n" % i for i in range(50)]
+    read: list[bytes] = []
+
+    class Container:
+        def logs(self, **_):
+            for chunk in chunks:
+                read.append(chunk)
+                yield chunk
+
+    died: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda hook: died.append(hook.exc_value)
+    try:
+        copier = threading.Thread(target=docker_platform._copy_logs, args=(Container(), Path("/dev/full")))
+        copier.start()
+        copier.join(10)
+    finally:
+        threading.excepthook = previous
+    assert not copier.is_alive() and died == []
+    assert read == chunks  # followed to the container's end
+
+
 def test_the_wheelhouse_holds_wheels_for_the_images_python_and_glibc(tmp_path):
     argv = images.wheelhouse_command(accelerators.get("cpu"), tmp_path)
     assert argv[1:4] == ["-m", "pip", "download"]

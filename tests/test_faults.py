@@ -161,6 +161,32 @@ def test_a_full_disk_ends_the_cell_in_one_line_stops_the_session_and_leaves_no_t
     assert "results not written: " in done.stderr and "ENOSPC" in done.stderr
 
 
+@needs_namespaces
+def test_a_results_folder_that_fills_after_the_cells_measured_ends_the_session_non_zero_in_one_line(tmp_path):
+    out = tmp_path / "disk"
+    out.mkdir()
+    recipe = fake_recipe(
+        tmp_path / "r.yaml",
+        [
+            {"name": "a", "baseline": True, "args": {"fake_rate": 5}},
+            {"name": "b", "args": {"fake_rate": 5}},
+            # Once it has measured, another user's file fills the disk the results folder is on.
+            {"name": "c", "args": {"fake_rate": 5, "fake_fill_after": str(out / "someone-elses.bin")}},
+        ],
+    )
+    script = f'{" ".join(INV)} reproduce {recipe} {" ".join(CPU)} --out {out}; echo "exit=$?"'
+    done = faultfs.run(
+        ["sh", "-c", script], tiny={out: "2m"}, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, **fake_env()},
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "ok     [3/3] fake--c" in done.stderr
+    assert "exit=1" in done.stdout, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("reprokit: results not written: ") and "No space left on device (ENOSPC)" in last
+    assert "/runs: make room (or give write access) there, then: inv report " in last
+
+
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.ENOSPC], ids=["EROFS", "EACCES", "ENOSPC"])
 def test_storage_that_refuses_a_write_ends_the_cell_as_failed_and_stops_the_session(
     tmp_path, monkeypatch, code

@@ -89,12 +89,19 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         )
     except KeyboardInterrupt:
         # results.csv still says what the run directories say, interrupted cell included.
-        _results(session_dir, collect.collect)
+        unwritten = _results(session_dir, collect.collect)
+        if isinstance(unwritten, str):
+            console.print(f"[red]results not written[/red]: {escape(unwritten)}")
         console.print(f"Interrupted. Finish the session with: {command()} resume {session_dir}")
         raise
     except supervise.SessionStopped as exc:
         stopped, outcomes = str(exc), exc.outcomes
     written = _results(session_dir, report.write)
+    if isinstance(written, str):
+        unwritten, written = written, None
+        console.print(f"[red]results not written[/red]: {escape(unwritten)}")
+    else:
+        unwritten = None
     if written is not None:
         for skipped in written.skipped:
             console.print(skipped.skipped(), markup=False, highlight=False)
@@ -110,6 +117,15 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
             f"stopped at {stopped}; {len(failed) + left} of {len(the_plan.cells)} cells did not complete. "
             f"Make room (or give write access) there, then finish the session with: {command()} resume {session_dir}"
         )
+    if unwritten is not None:
+        # Measured and kept in the run directories, but no table or report: the session did not do
+        # what it was for, and a script that reads its exit code must know.
+        incomplete = f"; {len(failed)} of {len(outcomes)} cells did not complete" if failed else ""
+        raise RunFailed(
+            f"results not written: {unwritten}{incomplete}; what was measured is kept in "
+            f"{session_dir / session.RUNS}: make room (or give write access) there, then: "
+            f"{command()} report {session_dir}"
+        )
     if failed:
         where = written.markdown if written is not None else session_dir
         raise RunFailed(
@@ -120,12 +136,11 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
 
 
 def _results(session_dir: Path, write: Callable[[Path], Any]) -> Any:
-    """results.csv (and the report) from what the run directories hold; when the storage refuses, one
-    line saying so, and the session's own outcome still decides how it ends."""
+    """results.csv (and the report) from what the run directories hold; when the storage refuses, why
+    (the path and errno), for the session's last line."""
     try:
         return write(session_dir)
     except OSError as exc:
         if not files.is_storage_failure(exc):
             raise
-        console.print(f"[red]results not written[/red]: {escape(files.describe(exc))}")
-        return None
+        return files.describe(exc)

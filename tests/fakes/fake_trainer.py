@@ -109,6 +109,11 @@ def main() -> int:
         "--fake_kill_self", action="store_true", help="after a progress bar's line, SIGKILL itself"
     )
     parser.add_argument("--fake_departure", default=None, help="record this throughput departure")
+    parser.add_argument(
+        "--fake_fill_after",
+        default=None,
+        help="after the summary, fill the disk with this file (someone else's)",
+    )
     args, _ = parser.parse_known_args()
     if args.fake_ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -209,6 +214,15 @@ def main() -> int:
             **explained,
         },
     )
+    if args.fake_fill_after:
+        # Someone else's file fills the results folder's disk once this run has measured.
+        try:
+            with open(Path(args.fake_fill_after), "wb") as blob:
+                while True:
+                    blob.write(b"\0" * 4096)
+                    blob.flush()
+        except OSError:
+            pass
     # A real trainer still tears down (process groups, loader workers) after its last write.
     time.sleep(args.fake_linger)
     return 0

@@ -261,15 +261,32 @@ class DockerHandle(Handle):
 
 
 def _copy_logs(container, log_path: Path) -> None:
+    """The container's output into stdout.log until it ends (the handle's poll reads this thread's
+    life as the container's). A log the storage refuses (a full disk) is given up, never the stream:
+    the cell's end is still followed, and its summary's write names the storage in one line."""
     from docker.errors import DockerException
 
-    with open(log_path, "ab") as log:
-        try:
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+    try:
+        log = open(log_path, "ab")  # noqa: SIM115 -- closed below, once the stream has ended
+    except OSError:
+        log = None
+    try:
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            if log is None:
+                continue
+            try:
                 log.write(chunk)
                 log.flush()
-        except DockerException:
-            pass  # the container went away; the exit code says how
+            except OSError:
+                with contextlib.suppress(OSError):
+                    log.close()
+                log = None
+    except DockerException:
+        pass  # the container went away; the exit code says how
+    finally:
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
 
 
 def _exit_code(container) -> int | None:
