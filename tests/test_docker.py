@@ -8,6 +8,7 @@ in CI (CI=true), where a missing engine is a failure: CI exists to run them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -520,9 +521,61 @@ def test_a_kit_killed_with_sigkill_leaves_no_container_running(engine, cpu_image
     ):
         time.sleep(0.5)
     assert not [c for c in leftover_containers(engine, run_dir) if c.status == "running"]
-    for container in leftover_containers(engine, run_dir):  # stopped, left for the next kit to see
-        container.remove(force=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and leftover_containers(engine, run_dir):
+        time.sleep(0.5)
+    assert not leftover_containers(engine, run_dir)  # the warden removed it too
     assert supervisor["pid"] != proc.pid
+
+
+# The same, in the local base image (any image with a Python runs a probe trainer): no build needed.
+INTERRUPTED_IN_BASE = INTERRUPTED_RUN.replace(
+    "Docker(DockerOptions())", f"Docker(DockerOptions(image={BASE_IMAGE!r}))"
+)
+
+
+def _kit_in_docker(run_dir: Path, tail: str) -> subprocess.Popen:
+    cell = _probe_cell(run_dir, PROBE.replace("{tail}", "import signal\n" + tail))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_IN_BASE, str(run_dir), cell.trainer],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not (run_dir / "env.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run_dir / "env.json").exists(), "the container never started the trainer"
+    return proc
+
+
+@pytest.mark.docker
+def test_a_second_ctrl_c_while_a_container_stops_waits_and_the_container_is_removed(engine, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-stubborn"
+    # It ignores SIGTERM: the engine's stop waits its grace, then SIGKILLs it.
+    proc = _kit_in_docker(run_dir, "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)")
+    try:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)  # the impatient user's second Ctrl-C
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert out.strip().splitlines()[-1] == "interrupted"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert not leftover_containers(engine, run_dir)
+
+
+@pytest.mark.docker
+def test_a_kit_killed_with_sigkill_leaves_no_container_at_all(engine, tmp_path):
+    run_dir = tmp_path / "runs" / "probe-orphan"
+    proc = _kit_in_docker(run_dir, "time.sleep(600)")
+    proc.kill()  # no handler runs: the kernel tells the warden, which stops and removes the container
+    proc.wait(10)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and leftover_containers(engine, run_dir):
+        time.sleep(0.5)
+    assert not leftover_containers(engine, run_dir)
 
 
 @pytest.mark.docker

@@ -121,6 +121,31 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     assert float(rows["fake--third"]["measured_speedup"]) == pytest.approx(3.0)
 
 
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_a_second_ctrl_c_while_the_cell_stops_waits_and_the_cell_is_recorded_interrupted(tmp_path, second):
+    """A trainer slow to stop (it ignores SIGTERM: the kit waits 10 s, then SIGKILLs it): the impatient
+    user's second Ctrl-C, a second later, must not leave the cell unrecorded (`incomplete`)."""
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml", [{"name": "slow", "args": {"fake_hang": True, "fake_ignore_term": True}}]
+    )
+    out = tmp_path / "results"
+    with _reproducing(recipe, out) as proc:
+        _wait_for(lambda: any(out.glob("*/runs/fake--slow/fake.pid")), what="the trainer to start")
+        (session_dir,) = out.iterdir()
+        run_dir = session_dir / "runs" / "fake--slow"
+        trainer_pid = int((run_dir / "fake.pid").read_text())
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        os.killpg(proc.pid, second)
+        stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, stderr
+    assert "Interrupted: stopping the running cell and recording it" in stderr and "Traceback" not in stderr
+    assert not _alive(trainer_pid)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] == "interrupted"
+    assert _csv_rows(session_dir / "results.csv")["fake--slow"]["status"] == "interrupted"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path, sig):
     """The moment between a trainer's last write (summary.json, ok) and its exit: stopping the kit

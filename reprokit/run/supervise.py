@@ -68,6 +68,36 @@ def _terminate_like_ctrl_c() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def _not_interrupted_again() -> Iterator[None]:
+    """While an interrupted cell is stopped and recorded, a second Ctrl-C (or SIGTERM, SIGHUP) waits
+    for it: cut short, it would leave the trainer or its container running and the cell unrecorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *TERMINATION_SIGNALS)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(run_dir: Path, handle: Handle | None) -> None:
+    """Stop the cell (if it started), release what it held (its container), and record it as
+    interrupted; what can be recorded is (a full disk must not turn Ctrl-C into a traceback)."""
+    with _not_interrupted_again():
+        console.print(
+            "Interrupted: stopping the running cell and recording it (a second Ctrl-C waits for this)."
+        )
+        stopped = handle.stop() if handle is not None else Ended(None)
+        if handle is not None:
+            handle.close()
+        with contextlib.suppress(OSError):
+            rundirs.finish(run_dir, stopped.exit_code, "interrupted")
+            liveness.clear(run_dir)
+
+
 def run_cell(
     runtime: Runtime,
     cell: Cell,
@@ -82,8 +112,14 @@ def run_cell(
         handle = runtime.start(cell, run_dir, profile)
     except StartFailed as exc:
         return rundirs.finish(run_dir, None, str(exc))
+    except KeyboardInterrupt:
+        _interrupted(run_dir, None)  # the runtime released what it had started
+        raise
     try:
         _record(handle, run_dir)
+    except KeyboardInterrupt:
+        _interrupted(run_dir, handle)
+        raise
     except BaseException:
         handle.stop()
         handle.close()
@@ -100,12 +136,7 @@ def run_cell(
                 progress(handle.describe(elapsed))
             time.sleep(handle.poll_seconds)
     except KeyboardInterrupt:
-        stopped = handle.stop()
-        handle.close()
-        # What can be recorded is; a full disk must not turn Ctrl-C into a traceback.
-        with contextlib.suppress(OSError):
-            rundirs.finish(run_dir, stopped.exit_code, "interrupted")
-            liveness.clear(run_dir)
+        _interrupted(run_dir, handle)
         raise
     handle.close()
     try:

@@ -211,17 +211,25 @@ class DockerHandle(Handle):
             self.container = engine.containers.run(**spec.sdk_kwargs())
         except DockerException as exc:
             raise StartFailed(f"docker: {str(exc).splitlines()[0][:240]}") from None
-        self.streamer = threading.Thread(
-            target=_copy_logs, args=(self.container, run_dir / rundirs.FILES["stdout"]), daemon=True
-        )
-        self.streamer.start()
-        # The container outlives a kit killed with -9 unless someone stops it: the warden does.
-        self.warden = subprocess.Popen(
-            [sys.executable, "-m", "reprokit.run.containers.warden", self.container.id],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=warden.preexec(),
-        )
+        except BaseException:
+            # Ctrl-C while the engine made it: it may run already, and no one would stop it.
+            _remove(engine, spec.name)
+            raise
+        try:
+            self.streamer = threading.Thread(
+                target=_copy_logs, args=(self.container, run_dir / rundirs.FILES["stdout"]), daemon=True
+            )
+            self.streamer.start()
+            # The container outlives a kit killed with -9 unless someone removes it: the warden does.
+            self.warden = subprocess.Popen(
+                [sys.executable, "-m", "reprokit.run.containers.warden", self.container.id],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=warden.preexec(),
+            )
+        except BaseException:
+            _remove(engine, self.container.id)
+            raise
 
     def poll(self) -> Ended | None:
         if self.streamer.is_alive():
@@ -258,6 +266,14 @@ class DockerHandle(Handle):
     def process(self) -> tuple[int, int]:
         # While the warden lives, the container may still run: a resume must not start a second one.
         return self.warden.pid, self.warden.pid
+
+
+def _remove(engine, name: str) -> None:
+    """Remove a container the kit started, running or not; one already gone is fine."""
+    from docker.errors import DockerException
+
+    with contextlib.suppress(DockerException):
+        engine.containers.get(name).remove(force=True)
 
 
 def _copy_logs(container, log_path: Path) -> None:

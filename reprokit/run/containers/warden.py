@@ -1,7 +1,8 @@
 """A cell's container dies with the kit that started it. The engine owns a container, so the kernel's
 request that ends a trainer with its kit (handles.die_with_the_kit) cannot reach it; this small
-child process of the kit receives that signal instead and stops the container it watches:
-python -m reprokit.run.containers.warden CONTAINER_ID."""
+child process of the kit receives that signal instead, stops the container it watches (its trainer
+gets SIGTERM, then SIGKILL after the grace) and removes it, as the kit itself does on every other way
+out: python -m reprokit.run.containers.warden CONTAINER_ID."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def main(argv: list[str]) -> None:
     signal.sigwait({signal.SIGTERM})  # taken here, not in a handler: nothing can interrupt the stop
     # Already gone, or no engine to ask: nothing left to stop from here.
     with contextlib.suppress(DockerException):
-        docker.from_env(timeout=STOP_GRACE_S + 20).containers.get(container_id).stop(timeout=STOP_GRACE_S)
+        container = docker.from_env(timeout=STOP_GRACE_S + 20).containers.get(container_id)
+        container.stop(timeout=STOP_GRACE_S)
+        container.remove(force=True)
 
 
 if __name__ == "__main__":
