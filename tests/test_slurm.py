@@ -748,3 +748,46 @@ def test_resume_refuses_to_submit_again_while_the_job_of_a_killed_kit_still_runs
     resumed = run_inv("resume", str(session_dir), env=fake_env(), timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((session_dir / "runs" / "slurmfake--v" / "summary.json").read_text())["status"] == "ok"
+
+
+# ---- a partition that is not there is said before a submission would -----------------------------------
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("task", ["dry-run", "preflight"])
+def test_a_partition_the_cluster_lacks_is_refused_by_a_dry_run_and_the_preflight(cluster, tmp_path, task):
+    args = ("--runtime", "slurm", "--partition", "nosuch", "--accelerator", "cpu", "--scale", "smoke")
+    if task == "dry-run":
+        result = run_inv("reproduce", "volo", *args, "--dry-run")
+    else:
+        result = run_inv("preflight", "volo", *args, "--no-steps", "--out", str(tmp_path))
+    assert result.returncode != 0, result.stdout
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--partition nosuch: the cluster has no such partition (sinfo lists: ci)")
+    )
+    assert "#!/usr/bin/env bash" not in result.stdout  # no job script shown as if it would run
+
+
+@pytest.mark.slurm
+def test_the_partition_the_cells_go_to_is_said_with_its_nodes(cluster):
+    ok = run_inv("reproduce", "volo", "--runtime", "slurm", *TWO_CPU_NODES, "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    assert "Cells go to partition ci (the default): up, 2 node(s)." in ok.stderr
+    three = run_inv("reproduce", "volo", "--runtime", "slurm", *TWO_CPU_NODES[:-4], "--nodes", "3",
+                    "--container", "none", "--dry-run")  # fmt: skip
+    assert three.returncode != 0
+    assert three.stderr.strip().splitlines()[-1] == (
+        "reprokit: partition ci (the default) has 2 node(s); the cells ask for 3"
+    )
+
+
+def test_a_partition_that_is_down_is_refused_from_sinfos_own_words(tmp_path, monkeypatch):
+    shim(tmp_path / "bin", "sinfo", 'echo "gpu|down|4"; echo "batch*|up|2"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    runtime = slurm_runtime(partition="gpu")
+    cell = cells.expand(recipes.load("volo"), "volo", "cpu", "smoke")[0]
+    with pytest.raises(ReprokitError, match=r"^partition gpu is down: no job of it would start \(sinfo\)$"):
+        runtime.where([cell])
+    assert slurm_runtime().where([cell]) == "partition batch (the default): up, 2 node(s)"

@@ -64,9 +64,12 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         the_plan, request = session.resume_plan(session_dir, request)
     else:
         the_plan = plan(request)
-    runtime_for(the_plan, request.runtime_options)  # a stray option is refused before anything runs
+    # A stray option, or a place that is not there (a Slurm partition), is refused before anything runs.
+    where = runtime_for(the_plan, request.runtime_options).where(the_plan.cells)
     for message in the_plan.messages:
         console.print(message)
+    if where:
+        console.print(f"Cells go to {where}.")
     if dry_run:
         print(dry_run_text(the_plan, request, out, session_dir if resume else None))
         return None

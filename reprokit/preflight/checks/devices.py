@@ -21,7 +21,16 @@ class Devices(Check):
             # The nodes' devices are not this machine's: the stepped job counts them where it runs.
             gres = context.profile.slurm.gres
             asked = f"--gpus-per-node from {gres}" if gres else "whole nodes"
-            return [self.finding(f"on the {plan.runtime} nodes ({asked}): counted by the stepped job itself")]
+            try:
+                where = context.runtime.where(context.cells)
+            except ReprokitError as error:
+                return [self.finding(str(error), blocks=True)]
+            there = f"{where}; " if where else ""
+            return [
+                self.finding(
+                    f"{there}on the {plan.runtime} nodes ({asked}): counted by the stepped job itself"
+                )
+            ]
         found = []
         several = tuple(c.cell_id for c in context.cells if c.nodes > 1)
         if several:

@@ -40,6 +40,12 @@ class Runtime(ABC):
         """Raise ReprokitError (one line) when cells cannot run here; called before the first cell."""
         return None
 
+    def where(self, cells: list[Cell]) -> str | None:
+        """Where `cells` would go, checked in seconds (a Slurm partition: there, up, with the nodes the
+        cells ask for), in a phrase; None when there is nothing to say. Raises ReprokitError (one line)
+        for a place that is not there: a dry run and a preflight say so before a submission would."""
+        return None
+
     def auto_container(self, profile: Profile) -> tuple[str, str | None]:
         """The container platform `--container auto` means here, and why (None: nothing to explain)."""
         return "none", None

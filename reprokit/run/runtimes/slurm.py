@@ -260,6 +260,44 @@ class SlurmRuntime(Runtime):
             raise ReprokitError(f"the slurm runtime needs a Slurm cluster: {reason}")
         self.container.check(profile, self.name)
 
+    def where(self, cells: list[Cell]) -> str | None:
+        """The partition the jobs would go to, as sinfo lists it: there, up, with as many nodes as the
+        largest cell asks for. Nothing to say where no Slurm client is installed (a dry run rendering
+        for a cluster elsewhere); the session's check refuses that before the first cell."""
+        if shutil.which("sinfo") is None:
+            return None
+        listed = _slurm("sinfo", "--noheader", "--format=%P|%a|%D", timeout=20)
+        if listed.returncode != 0:
+            text = (listed.stderr or listed.stdout).strip().splitlines()
+            raise ReprokitError(
+                f"sinfo gave no partitions: {text[-1] if text else f'exit {listed.returncode}'}"
+            )
+        partitions: dict[str, tuple[str, int]] = {}
+        default = None
+        for line in listed.stdout.splitlines():
+            name, _, rest = line.strip().partition("|")
+            available, _, nodes = rest.partition("|")
+            if name.endswith("*"):
+                name = default = name[:-1]
+            state, count = partitions.get(name, (available, 0))
+            partitions[name] = (state, count + int(nodes or 0))
+        asked = self.options.partition
+        name = asked or default
+        if name is None:
+            raise ReprokitError("the cluster has no default partition: give one with --partition")
+        if name not in partitions:
+            raise ReprokitError(
+                f"--partition {asked}: the cluster has no such partition (sinfo lists: {', '.join(partitions) or 'none'})"
+            )
+        state, count = partitions[name]
+        wanted = max((c.nodes for c in cells), default=1)
+        said = f"partition {name}{'' if asked else ' (the default)'}"
+        if state != "up":
+            raise ReprokitError(f"{said} is {state}: no job of it would start (sinfo)")
+        if count < wanted:
+            raise ReprokitError(f"{said} has {count} node(s); the cells ask for {wanted}")
+        return f"{said}: up, {count} node(s)"
+
     def job_script(self, cell: Cell, profile: Profile, run_dir: Path, mount: Path | None = None) -> str:
         """The sbatch script of one cell, its run directory at run_dir (absolute in the script)."""
         if profile.launcher == "mpirun" and cell.nodes > 1:
