@@ -14,7 +14,7 @@ from pathlib import Path
 
 from invoke import Collection
 
-from reprokit import image_tasks, pipes, result_tasks
+from reprokit import image_tasks, pipes, result_tasks, trainers
 from reprokit.console import console
 from reprokit.errors import PreflightFailed, ReprokitError
 from reprokit.options import (
@@ -129,6 +129,12 @@ def show(c, recipe, options: RunOptions, json_=False):
         return
     for warning in loaded.warnings:
         print(line(f"warning: {warning}"))
+    if trainers.locate(loaded.trainer_module) is None:
+        print(
+            line(
+                f"warning: trainer module {loaded.trainer_module} is not on this machine: an image must have it"
+            )
+        )
     for cell in found:
         print()
         print(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,3 +38,23 @@ def search_path() -> str:
 def contract() -> dict[str, Any]:
     """The run-directory contract: schema version, file names, definitions, departure kinds, software keys."""
     return json.loads((package_dir() / "contract.json").read_text())
+
+
+def kit_trainers() -> list[str]:
+    """The kit's own trainers: the packages of reprokit_trainers that `python -m` runs."""
+    return sorted(p.parent.name for p in package_dir().glob("*/__main__.py"))
+
+
+def locate(module: str) -> Path | None:
+    """Where `python -m module` would find `module` on this machine, found without importing it (the
+    trainers import torch): REPROKIT_TRAINERS_PATH, the kit's trainers, then this Python's path, as
+    run.sh orders them. None where it is not there."""
+    parts = module.split(".")
+    roots = [p for p in search_path().split(os.pathsep) if p] + [p or "." for p in sys.path]
+    for root in roots:
+        candidate = Path(root).joinpath(*parts)
+        if (candidate / "__main__.py").is_file():
+            return candidate / "__main__.py"
+        if candidate.with_suffix(".py").is_file():
+            return candidate.with_suffix(".py")
+    return None

@@ -426,3 +426,74 @@ def test_each_trainer_and_loader_variant_is_stepped_once_producers_first():
         1,
     )
     assert volo[0].args["max_steps"] == 500  # the cell itself is left as planned
+
+
+# ---- a trainer that is not there is said before anything runs ---------------------------------------------
+
+
+def _with_trainer(tmp_path: Path, trainer: str) -> Path:
+    path = tmp_path / "mine.yaml"
+    text = (ROOT / "recipes" / "volo.yaml").read_text()
+    path.write_text(
+        text.replace("\ntrainer: volo\n", f"\ntrainer: {trainer}\n").replace(
+            "\nname: volo\n", "\nname: mine\n"
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "task",
+    [("show",), ("reproduce", "--dry-run"), ("preflight", "--no-steps")],
+    ids=["show", "dry-run", "preflight"],
+)
+def test_a_recipe_whose_kit_trainer_does_not_exist_is_refused_by_show_dry_run_and_preflight(tmp_path, task):
+    recipe = _with_trainer(tmp_path, "vollo")
+    out = () if task[0] == "show" else ("--out", str(tmp_path / "out"))
+    result = run_inv(task[0], str(recipe), *task[1:], "--accelerator", "cpu", *out)
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: {recipe}: trainer: 'vollo' is not one of the kit's trainers (bridgetower, vit, volo); "
+        "name one, or your own module by its dotted path"
+    )
+
+
+@pytest.mark.parametrize(
+    "task", [("reproduce", "--dry-run"), ("preflight", "--no-steps")], ids=["dry-run", "preflight"]
+)
+def test_a_users_trainer_module_this_python_lacks_is_refused_where_the_cells_run_in_it(tmp_path, task):
+    recipe = _with_trainer(tmp_path, "mytrainers.volo")
+    result = run_inv(
+        task[0], str(recipe), *task[1:], *CPU[:-2], "--container", "none", "--out", str(tmp_path / "out")
+    )
+    assert result.returncode != 0, result.stdout
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "reprokit: trainer module mytrainers.volo is not on this machine (REPROKIT_TRAINERS_PATH,"
+        )
+    )
+    shown = run_inv("show", str(recipe), "--accelerator", "cpu")
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "warning: trainer module mytrainers.volo is not on this machine: an image must have it"
+        in shown.stdout
+    )
+
+
+@pytest.mark.docker
+def test_the_preflight_imports_the_trainers_in_the_image_and_names_one_that_does_not_import(tmp_path):
+    from reprokit.run import images
+
+    if images.engine_status() is not None:
+        pytest.skip(f"no Docker engine: {images.engine_status()}")
+    # The base image has a Python and no trainers: each import is tried there, and refused by name.
+    result = run_inv("preflight", "volo", *CPU[:-2], "--container", "docker", "--image", "reprokit/base:bookworm",
+                     "--no-steps", "--out", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    refusal = next(f for f in findings(result) if f[:2] == ("x", "trainers"))
+    assert refusal[2].startswith(
+        "reprokit_trainers.volo does not import in the image reprokit/base:bookworm: ModuleNotFoundError: "
+        "No module named 'reprokit_trainers'"
+    )

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reprokit import __version__
+from reprokit import __version__, trainers
 from reprokit.errors import ReprokitError
 from reprokit.gitinfo import kit_revision
 from reprokit.plan import accelerators, arguments
@@ -217,6 +217,11 @@ def expand(
     `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes.
     `profiled`: trace a few steps of each cell (so does a scale that says `profile: true`)."""
     profile = accelerators.get(accelerator)
+    if "." not in recipe.trainer and recipe.trainer not in trainers.kit_trainers():
+        raise ReprokitError(
+            f"{resolve_path(recipe_name_or_path)}: trainer: {recipe.trainer!r} is not one of the kit's trainers "
+            f"({', '.join(trainers.kit_trainers())}); name one, or your own module by its dotted path"
+        )
     if scale not in recipe.scales:
         raise ReprokitError(f"unknown scale {scale!r}; known scales: {', '.join(recipe.scales)} (or auto)")
     scale_def = recipe.scales[scale]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reprokit import trainers
 from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators, recipes
 from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
@@ -87,6 +88,26 @@ def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | Non
     return wanted
 
 
+def _trainers_found(cells: list[Cell], container: str) -> list[str]:
+    """Each cell's trainer module where `python -m` would find it: without a container, in this
+    machine's Python (a module that is not there is refused); in an image, it must be in the image
+    (said, since the host cannot see into it; the preflight imports it there)."""
+    said = []
+    for module in dict.fromkeys(c.trainer_module for c in cells):
+        if trainers.locate(module) is not None:
+            continue
+        if container == "none":
+            raise ReprokitError(
+                f"trainer module {module} is not on this machine (REPROKIT_TRAINERS_PATH, the kit's trainers, "
+                "this Python's path), where the cells would run it: install it, or put its folder on "
+                "REPROKIT_TRAINERS_PATH"
+            )
+        said.append(
+            f"warning: trainer module {module} is not on this machine: the {container} image must have it"
+        )
+    return said
+
+
 def plan(request: Request, *, fit_devices: bool = True) -> Plan:
     """The cells of `request`; an empty plan is an error naming why. `fit_devices`: the plan is for this
     machine (published cells run locally on at most the devices it has, on one node); not wanted when
@@ -150,6 +171,7 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
     if not found:
         # Every recipe and variant asked for was left out: an empty session is never what was meant.
         raise ReprokitError(f"nothing to run: {'; '.join(dict.fromkeys(empty))}")
+    messages += _trainers_found(found, container)
     if fit_devices and runtime == "local":
         several = sorted({c.nodes for c in found if c.nodes > 1})
         if several:
