@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -446,16 +447,48 @@ def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     assert not (tmp_path / "x" / "summary.json").exists()
 
 
-def test_a_bad_image_in_pyclss_opencv_path_is_named_by_its_path(tmp_path):
+@pytest.mark.parametrize(
+    "data, reason",
+    [(b"\x89PNG torn", "OpenCV could not decode an image"), (b"", "an empty file (0 bytes)")],
+    ids=["torn", "0-byte"],
+)
+def test_a_bad_image_in_pyclss_opencv_path_is_named_by_its_path(tmp_path, data, reason):
     from reprokit_trainers.common import imagenet
     from reprokit_trainers.vit import pycls_data
     from tests.fakes import tiny_imagenet
 
     root = tiny_imagenet(tmp_path / "imagenet")
     bad = root / "train" / "n01443537" / "n01443537_2.JPEG"
-    bad.write_bytes(b"\x89PNG torn")
+    bad.write_bytes(data)
     source = imagenet.ImageFolderSource(root)
     dataset = pycls_data.train_dataset("pycls", source, 32, "AutoAugment")
     index = [i for i in range(len(source)) if source.describe(i) == str(bad)][0]
-    with pytest.raises(imagenet.BadImage, match=f"^bad image {bad}: OpenCV could not decode an image"):
+    with pytest.raises(imagenet.BadImage, match=f"^bad image {bad}: {re.escape(reason)}"):
         dataset[index]
+
+
+@pytest.mark.parametrize("pipeline", ["pycls", "uint8"])
+def test_a_0_byte_jpeg_without_a_preflight_stops_the_trainer_in_one_line_naming_it(tmp_path, pipeline):
+    """What a copy cut short leaves, met by the trainer itself in a loader worker, on either data path."""
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    # Eight images in all, the bad one among them: two steps of four read each once.
+    folder = root / "train" / "n01440764"
+    for k in range(2, 7):
+        (folder / f"n01440764_{k}.JPEG").write_bytes((folder / "n01440764_1.JPEG").read_bytes())
+    bad = root / "train" / "n01443537" / "n01443537_0.JPEG"
+    bad.write_bytes(b"")
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, *TRAINER, "--output_dir", str(out), "--model_name_or_path", "pycls-vit-tiny",
+         "--img_size", str(IMG), "--per_device_train_batch_size", "4", "--max_steps", "2", "--logging_steps", "1",
+         "--throughput_warmup_steps", "1", "--data_dir", str(root), "--dataloader_num_workers", "1",
+         "--input_pipeline", pipeline],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"run_vit.py: error: bad image {bad}: "), result.stderr[-2000:]
+    assert last.endswith("; remove or replace the file")
+    assert "cv2.error" not in result.stderr and not (out / "summary.json").exists()

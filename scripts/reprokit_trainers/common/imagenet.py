@@ -248,6 +248,8 @@ def bad_image(source: Any, index: int, error: BaseException) -> BadImage:
 def bad_file(name: str, error: BaseException) -> BadImage:
     """The one-line error of the image file ``name`` that failed to decode with ``error``."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        reason = error.strerror  # its own message names the file again
     # PIL names the buffer it read from (<_io.BytesIO object at 0x...>), which says nothing to a user.
     reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", reason)
     return BadImage(f"bad image {name}: {reason}; remove or replace the file")
@@ -376,7 +378,10 @@ class ImageTrainDataset(torch.utils.data.Dataset):
         return len(self.source)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        data = self.source.read(index)
+        try:
+            data = self.source.read(index)
+        except OSError as error:  # gone since the folder was listed, or unreadable
+            raise bad_image(self.source, index, error) from None
         sample: dict[str, Any] = {"labels": self.source.label(index)}
         if self.encoded:
             try:

@@ -59,7 +59,12 @@ def decode_bgr(data: bytes) -> np.ndarray:
     """JPEG (or PNG) bytes -> HxWx3 uint8 BGR, OpenCV's decoder as pycls's ``cv2.imread``."""
     import cv2
 
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if not data:
+        raise ValueError("an empty file (0 bytes)")
+    try:
+        image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as error:  # an assertion of OpenCV's own, e.g. on a buffer it cannot take
+        raise ValueError(f"OpenCV could not decode an image: {str(error).strip().splitlines()[-1]}") from None
     if image is None:
         raise ValueError("OpenCV could not decode an image (not a JPEG or PNG?)")
     return image
@@ -144,7 +149,7 @@ class PyclsTrainDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         try:
             image = decode_bgr(self.source.read(index))
-        except ValueError as error:  # OpenCV decodes nothing of a file that is no image
+        except (OSError, ValueError) as error:  # unreadable, or OpenCV decodes nothing of it
             raise imagenet.bad_image(self.source, index, error) from None
         return {"pixel_values": self.transform(image), "labels": self.source.label(index)}
 
