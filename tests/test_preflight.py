@@ -497,3 +497,62 @@ def test_the_preflight_imports_the_trainers_in_the_image_and_names_one_that_does
         "reprokit_trainers.volo does not import in the image reprokit/base:bookworm: ModuleNotFoundError: "
         "No module named 'reprokit_trainers'"
     )
+
+
+# ---- given data is used whole or refused ------------------------------------------------------------------
+
+
+def _imagenet_with_a_dangling_class(tmp_path: Path) -> tuple[Path, Path]:
+    root = tiny_imagenet(tmp_path / "imagenet")
+    link = root / "train" / "n09999999"
+    link.symlink_to(tmp_path / "the-disk-that-was-unmounted" / "n09999999")
+    return root, link
+
+
+@pytest.mark.parametrize(
+    "task", [("preflight", "--no-steps"), ("reproduce", "--dry-run")], ids=["preflight", "dry-run"]
+)
+def test_a_class_folder_that_is_a_link_to_nothing_is_refused_not_dropped(tmp_path, task):
+    root, link = _imagenet_with_a_dangling_class(tmp_path)
+    result = run_inv(
+        task[0], "volo", *task[1:], *CPU, "--data", f"imagenet={root}", "--out", str(tmp_path / "out")
+    )
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: --data imagenet={root}: class folder {link} is a link to {os.readlink(link)}, which is not a "
+        "folder: every class of the given data must be readable (a class left out is not the data given); fix "
+        "or remove the link"
+    )
+
+
+@pytest.mark.parametrize("trainer", ["vit", "volo"])
+def test_the_trainer_itself_refuses_a_class_folder_it_cannot_read_in_one_line(tmp_path, trainer):
+    root, link = _imagenet_with_a_dangling_class(tmp_path)
+    flags = {
+        "vit": ["--model_name_or_path", "pycls-vit-tiny", "--img_size", "32"],
+        "volo": ["--model_name_or_path", "volo_d1", "--model_kwargs_json", json.dumps({"layers": [1, 1, 1, 1], "embed_dims": [32, 64, 64, 64], "num_heads": [1, 2, 2, 2], "stem_hidden_dim": 16}),
+                 "--img_size", "32", "--token_label_size", "2", "--amp", "no"],
+    }[trainer]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", f"reprokit_trainers.{trainer}", "--output_dir", str(tmp_path / "run"), *flags,
+         "--data_dir", str(root), "--per_device_train_batch_size", "2", "--max_steps", "2",
+         "--logging_steps", "1", "--throughput_warmup_steps", "1", "--dataloader_num_workers", "0"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_{trainer}.py: error: class folder {link} is a link to {os.readlink(link)}, which is not a folder: "
+        "every class of the given data must be readable; fix or remove the link"
+    )
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_the_preflight_says_how_many_classes_a_given_folder_holds_beside_the_datasets(tmp_path):
+    root = tiny_imagenet(tmp_path / "imagenet")
+    result = run_inv(
+        "preflight", "volo", *CPU, "--no-steps", "--data", f"imagenet={root}", "--out", str(tmp_path / "o")
+    )
+    assert (
+        "-", "data", "--data imagenet: 2 class folder(s) (imagenet-1k has 1000: the run records the count it trained "
+        "on); 2 image(s) sampled over its classes, all decode",
+    ) in findings(result)  # fmt: skip

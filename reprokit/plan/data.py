@@ -8,6 +8,7 @@ results.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
@@ -39,6 +40,23 @@ def _first(folder: Path, pattern) -> Path | None:
     return None
 
 
+def unreadable(where: str, folder: Path) -> None:
+    """Refuse a class folder of `folder` that cannot be read (a link to nothing, no permission): the
+    trainer would leave its class out, and train on less than was given."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.is_symlink() and not entry.is_dir():
+            raise ReprokitError(
+                f"{where}: class folder {entry.path} is a link to {os.readlink(entry.path)}, which is not a "
+                "folder: every class of the given data must be readable (a class left out is not the data "
+                "given); fix or remove the link"
+            )
+        if entry.is_dir() and not os.access(entry.path, os.R_OK | os.X_OK):
+            raise ReprokitError(
+                f"{where}: class folder {entry.path} cannot be read (no permission): every class of the given "
+                "data must be readable"
+            )
+
+
 def check(key: str, spec: DataKey, given: str) -> str:
     """The absolute path of `given` once it has the layout `spec` expects; else one line saying what is wrong."""
     path = Path(given).expanduser().resolve()
@@ -51,6 +69,7 @@ def check(key: str, spec: DataKey, given: str) -> str:
             raise ReprokitError(
                 f"{where}: expected ImageNet's layout {LAYOUTS['imagenet']}; {train} is not there"
             )
+        unreadable(where, train)
         classes = [c for c in sorted(train.iterdir()) if c.is_dir()]
         sample = next(
             (i for c in classes[:5] if (i := _first(c, lambda e: e.suffix.lower() in IMAGE_SUFFIXES))), None
@@ -58,6 +77,7 @@ def check(key: str, spec: DataKey, given: str) -> str:
         if sample is None:
             raise ReprokitError(f"{where}: no images under {train}/<class>/ (expected {LAYOUTS['imagenet']})")
     elif spec.layout == "token_labels":
+        unreadable(where, path)
         classes = [c for c in sorted(path.iterdir()) if c.is_dir()]
         sample = next((f for c in classes[:5] if (f := _first(c, lambda e: e.suffix == ".pt"))), None)
         if sample is None:

@@ -105,8 +105,9 @@ class Data(Check):
             where = Path(path)
             if spec.layout == "imagenet":
                 found += self._decoded(
-                    key, sample(where / "train", IMAGE_SUFFIXES), image_problem, "image", cells
-                )
+                    key, sample(where / "train", IMAGE_SUFFIXES), image_problem, "image", cells,
+                    self._classes(where / "train", recipe),
+                )  # fmt: skip
             elif spec.layout == "token_labels":
                 found += self._decoded(key, sample(where, (".pt",)), label_map_problem, "label map", cells)
             else:
@@ -114,8 +115,18 @@ class Data(Check):
         found += self._without_data(context)
         return found
 
+    @staticmethod
+    def _classes(train: Path, recipe: Recipe) -> str:
+        """How many classes the folder gives, beside the published dataset's: a folder of the user's
+        own is trained on whole, and its count recorded (num_classes_data in the summary)."""
+        given = sum(1 for entry in os.scandir(train) if entry.is_dir())
+        published = recipe.dataset.synthetic.get("num_classes")
+        if published is None or given == published:
+            return f"{given} class folder(s); "
+        return f"{given} class folder(s) ({recipe.dataset.id} has {published}: the run records the count it trained on); "
+
     def _decoded(
-        self, key: str, files: list[Path], problem, what: str, cells: tuple[str, ...]
+        self, key: str, files: list[Path], problem, what: str, cells: tuple[str, ...], classes: str = ""
     ) -> list[Finding]:
         bad = [(path, why) for path in files if (why := problem(path))]
         if bad:
@@ -126,7 +137,11 @@ class Data(Check):
                     f"--data {key}: bad {what} {path}: {why}; remove or replace it{more}", True, cells
                 )
             ]
-        return [self.finding(f"--data {key}: {len(files)} {what}(s) sampled over its classes, all decode")]
+        return [
+            self.finding(
+                f"--data {key}: {classes}{len(files)} {what}(s) sampled over its classes, all decode"
+            )
+        ]
 
     def _hub_cache(
         self, context: Context, key: str, root: Path, recipe: Recipe, cells: tuple[str, ...]

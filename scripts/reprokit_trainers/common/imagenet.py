@@ -103,13 +103,28 @@ class ImageFolderSource:
         if not base.is_dir():
             raise ValueError(f"no image folder at {base} (expected <data_dir>/{split}/<class>/*.JPEG)")
         classes = sorted(entry.name for entry in os.scandir(base) if entry.is_dir())
+        # Every class the user gave is used or the run stops: a class folder that is a link to
+        # nothing would silently leave a class out (the run would train on fewer than given).
+        for entry in os.scandir(base):
+            if entry.is_symlink() and not entry.is_dir():
+                raise ValueError(
+                    f"class folder {base / entry.name} is a link to {os.readlink(entry.path)}, which is not a "
+                    "folder: every class of the given data must be readable; fix or remove the link"
+                )
         self.root = base
         self.classes = classes
         self.samples: list[tuple[str, int]] = []
         for label, name in enumerate(classes):
+            try:
+                entries = list(os.scandir(base / name))
+            except OSError as error:
+                raise ValueError(
+                    f"class folder {base / name} cannot be read ({error.strerror}): every class of the given "
+                    "data must be readable"
+                ) from None
             files = sorted(
                 entry.name
-                for entry in os.scandir(base / name)
+                for entry in entries
                 if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS)
             )
             self.samples += [(f"{name}/{file}", label) for file in files]

@@ -537,10 +537,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         model = torch.compile(model)
     scaler = grad_scaler(train_args, prec, device)
 
-    # 3. Build the data loader
-    loader, data_info = build_loader(
-        data_args, model_args.img_size, train_args.per_device_train_batch_size, train_args.seed
-    )
+    # 3. Build the data loader (a given folder that cannot be read whole: one line)
+    with one_line_errors(PROG, ValueError):
+        loader, data_info = build_loader(
+            data_args, model_args.img_size, train_args.per_device_train_batch_size, train_args.seed
+        )
 
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
