@@ -64,7 +64,11 @@ def test_the_readme_shows_commands():
 @pytest.mark.parametrize("line", commands())
 def test_every_readme_command_still_runs(line, tmp_path):
     argv = _argv(line)
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin:" + str(ROOT / ".venv" / "bin")}
+    # The pages' Slurm examples are of a user's cluster, whose partition (batch) a dry run asks sinfo about.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\necho 'batch*|up|8'\n")
+    (tmp_path / "bin" / "sinfo").chmod(0o755)
+    env = {"HF_HUB_OFFLINE": "1", "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin:" + str(ROOT / ".venv" / "bin")}
     import os
 
     result = subprocess.run(

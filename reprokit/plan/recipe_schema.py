@@ -212,6 +212,13 @@ class Scale(Strict):
     notes: list[str] = Field(default_factory=list)
     # Trace every cell of this scale with torch.profiler, as `inv reproduce --profile` does.
     profile: bool = False
+    run_dir_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="what one run directory of this scale writes at most (logs, events, tables, the checkpoint "
+        "its trainer saves): measured for a scale that runs here, from the model's size otherwise; the "
+        "preflight's storage check adds them up with a margin (without it: 64 MiB a cell)",
+    )
 
 
 class Recipe(Strict):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,8 +14,15 @@ from reprokit.preflight.findings import Finding
 
 MIB = 2**20
 GIB = 2**30
-# A run directory: logs, TensorBoard events, throughput.csv, sysinfo, the tokenized splits' cache.
+# A run directory of a scale whose recipe does not say what it writes (scales.<scale>.run_dir_bytes).
 RUN_DIRECTORY_BYTES = 64 * MIB
+# What the recipes say is measured (a smoke run here) or reckoned from the model: twice that is asked.
+MARGIN = 2
+# The session's own files per cell: results.csv/.jsonl, report.md/.html, the plots, the TensorBoard copy
+# (measured: 1.33 MB for the 16 smoke cells of make reproduce on the CPU machine, 2026-11, 83 KB a cell).
+SESSION_BYTES_PER_CELL = 128 * 1024
+# A torch.profiler trace (--profile) of a few steps, per rank: tens of MB on a GPU.
+TRACE_BYTES_PER_RANK = 64 * MIB
 # The datasets cache of a hub dataset (BridgeTower's New Yorker set: ~56 KB a row, 10.9k rows, and the
 # tokenized splits beside them).
 DATASETS_CACHE_BYTES = 1 * GIB
@@ -41,29 +47,25 @@ def writable(path: Path) -> bool:
         return False
 
 
-def parameters(text: str | None) -> int:
-    """'866M' -> 866e6; '1.2B' -> 1.2e9; 0 when not said."""
-    found = re.fullmatch(r"\s*([\d.]+)\s*([KMB]?)\s*", text or "")
-    if not found:
-        return 0
-    return int(float(found.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "B": 1e9}[found.group(2)])
-
-
 def gib(size: float) -> str:
-    return f"{size / GIB:.1f} GiB" if size >= GIB else f"{size / MIB:.0f} MiB"
+    if size >= GIB:
+        return f"{size / GIB:.1f} GiB"
+    return f"{size / MIB:.0f} MiB" if size >= 10 * MIB else f"{size / MIB:.1f} MiB"
 
 
 class Storage(Check):
     name = "storage"
 
     def needed(self, context: Context) -> int:
-        """About what the session writes under its results folder."""
-        total = RUN_DIRECTORY_BYTES * len(context.cells)
-        producers = {cell_id for cell in context.cells for cell_id in cell.needed_cells().values()}
+        """What the session writes under its results folder: each cell's run directory as its recipe's
+        scale says (measured for the smoke scale: what a run here wrote), with a margin, its traces
+        when it is profiled, and the session's own tables and report."""
+        total = 0
         for cell in context.cells:
-            if cell.cell_id in producers and cell.scale == "published":
-                # Weights in fp32 and the optimizer's two moments: what a finetune starts from.
-                total += 12 * parameters(context.recipe(cell).model.parameters)
+            written = context.recipe(cell).scales[cell.scale].run_dir_bytes
+            total += MARGIN * (RUN_DIRECTORY_BYTES if written is None else written) + SESSION_BYTES_PER_CELL
+            if cell.profile:
+                total += TRACE_BYTES_PER_RANK * cell.devices * cell.nodes
         return total
 
     def run(self, context: Context) -> list[Finding]:
