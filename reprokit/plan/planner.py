@@ -88,10 +88,11 @@ def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | Non
     return wanted
 
 
-def _trainers_found(cells: list[Cell], container: str) -> list[str]:
-    """Each cell's trainer module where `python -m` would find it: without a container, in this
-    machine's Python (a module that is not there is refused); in an image, it must be in the image
-    (said, since the host cannot see into it; the preflight imports it there)."""
+def trainers_found(cells: list[Cell], container: str) -> list[str]:
+    """Each cell's trainer module where `python -m` would find it, for a session about to run (or a dry
+    run of one): without a container, in this machine's Python (a module that is not there is
+    refused); in an image, it must be in the image (said, since the host cannot see into it; the
+    preflight imports it there). Not part of planning: a plan rendered here may run elsewhere."""
     said = []
     for module in dict.fromkeys(c.trainer_module for c in cells):
         if trainers.locate(module) is not None:
@@ -171,7 +172,6 @@ def plan(request: Request, *, fit_devices: bool = True) -> Plan:
     if not found:
         # Every recipe and variant asked for was left out: an empty session is never what was meant.
         raise ReprokitError(f"nothing to run: {'; '.join(dict.fromkeys(empty))}")
-    messages += _trainers_found(found, container)
     if fit_devices and runtime == "local":
         several = sorted({c.nodes for c in found if c.nodes > 1})
         if several:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.plan.planner import plan
+from reprokit.plan.planner import plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.preflight.checks import CHECKS
 from reprokit.preflight.context import Context
@@ -28,6 +28,7 @@ def run(request: Request, out: str | None = None, steps: bool = True) -> Report:
     trainer and loader variant (the rest takes seconds)."""
     # Not fitted to this machine here: the devices check says what fits, per cell, instead of stopping.
     the_plan = plan(request, fit_devices=False)
+    the_plan.messages += trainers_found(the_plan.cells, the_plan.container)
     context = Context(
         plan=the_plan,
         request=request,

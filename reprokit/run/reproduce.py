@@ -15,7 +15,7 @@ from reprokit.console import console
 from reprokit.errors import RunFailed
 from reprokit.invocation import command
 from reprokit.plan import accelerators
-from reprokit.plan.planner import Plan, plan
+from reprokit.plan.planner import Plan, plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.results import collect, report, terminal
 from reprokit.run import files, liveness, rundirs, session, supervise
@@ -66,7 +66,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         the_plan = plan(request)
     # A stray option, or a place that is not there (a Slurm partition), is refused before anything runs.
     where = runtime_for(the_plan, request.runtime_options).where(the_plan.cells)
-    for message in the_plan.messages:
+    for message in [*the_plan.messages, *trainers_found(the_plan.cells, the_plan.container)]:
         console.print(message)
     if where:
         console.print(f"Cells go to {where}.")

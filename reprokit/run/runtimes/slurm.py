@@ -263,8 +263,9 @@ class SlurmRuntime(Runtime):
     def where(self, cells: list[Cell]) -> str | None:
         """The partition the jobs would go to, as sinfo lists it: there, up, with as many nodes as the
         largest cell asks for. Nothing to say where no Slurm client is installed (a dry run rendering
-        for a cluster elsewhere); the session's check refuses that before the first cell."""
-        if shutil.which("sinfo") is None:
+        for a cluster elsewhere) or no controller answers: the session's check refuses that before the
+        first cell, in its own words."""
+        if shutil.which("sinfo") is None or cluster_status() is not None:
             return None
         listed = _slurm("sinfo", "--noheader", "--format=%P|%a|%D", timeout=20)
         if listed.returncode != 0:
