@@ -41,8 +41,11 @@ def contract() -> dict[str, Any]:
 
 
 def kit_trainers() -> list[str]:
-    """The kit's own trainers: the packages of reprokit_trainers that `python -m` runs."""
-    return sorted(p.parent.name for p in package_dir().glob("*/__main__.py"))
+    """The kit's own trainers: the packages of reprokit_trainers that `python -m` runs with a schema of
+    their arguments (the package's other commands, a device check or a rehearsal, train nothing)."""
+    return sorted(
+        p.parent.name for p in package_dir().glob("*/__main__.py") if (p.parent / "arguments.json").is_file()
+    )
 
 
 def locate(module: str) -> Path | None:

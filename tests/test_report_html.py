@@ -127,13 +127,13 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
         browser,
         tmp_path,
         f"--screenshot={shot}",
-        "--window-size=1200,2000",
+        "--window-size=1200,3000",  # down to the plots, below the recipes' assumptions
         (session_dir / "report.html").as_uri(),
     )
     assert rendered.returncode == 0 and shot.exists(), rendered.stderr[-2000:]
     from PIL import Image
 
-    raw = Image.open(shot).convert("RGB").resize((300, 500)).tobytes()
+    raw = Image.open(shot).convert("RGB").resize((300, 750)).tobytes()
     pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
     # The plots' measured bars are this dark blue: on screen only if the images were drawn.
     target = tuple(int(plots.MEASURED_COLOR[i : i + 2], 16) for i in (1, 3, 5))

@@ -4,6 +4,7 @@ reprokit.yaml (or REPROKIT_* variables), used by every command, and recorded by 
 from __future__ import annotations
 
 import json
+import os
 
 import yaml
 
@@ -13,20 +14,32 @@ from tests.fakes import fake_env, fake_recipe
 CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke")
 
 
+def a_cluster_with(tmp_path, *partitions: str) -> dict[str, str]:
+    """PATH with a fake sinfo listing `partitions`: the user's cluster the settings are written for (a
+    dry run asks sinfo whether the partition is there)."""
+    folder = tmp_path / "cluster-bin"
+    folder.mkdir(exist_ok=True)
+    lines = "".join(f"echo '{name}|up|2'\n" for name in partitions)
+    (folder / "sinfo").write_text(f"#!/bin/sh\n{lines}")
+    (folder / "sinfo").chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
 def test_a_settings_file_fills_the_flags_a_user_did_not_give(tmp_path):
     (tmp_path / "reprokit.yaml").write_text(
         yaml.safe_dump({"runtime": "slurm", "container": "none", "partition": "batch", "account": "proj123"})
     )
+    cluster = a_cluster_with(tmp_path, "batch", "debug")
     result = run_inv(
         "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
-        cwd=tmp_path,
+        cwd=tmp_path, env=cluster,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --partition=batch" in result.stdout and "#SBATCH --account=proj123" in result.stdout
     # A variable beats the file, a flag beats both.
     result = run_inv(
         "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--account", "mine",
-        cwd=tmp_path, env={"REPROKIT_PARTITION": "debug"},
+        cwd=tmp_path, env={**cluster, "REPROKIT_PARTITION": "debug"},
     )  # fmt: skip
     assert "#SBATCH --partition=debug" in result.stdout and "#SBATCH --account=mine" in result.stdout
 
@@ -63,7 +76,7 @@ def test_settings_are_data_a_python_file_beside_them_never_runs(tmp_path):
     (tmp_path / "reprokit.yml").write_text(yaml.safe_dump({"runtime": "slurm", "partition": "from-yml"}))
     result = run_inv(
         "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
-        cwd=tmp_path,
+        cwd=tmp_path, env=a_cluster_with(tmp_path, "from-yml"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --partition=from-yml" in result.stdout
