@@ -32,7 +32,7 @@ from reprokit.run import images, supervise
 from reprokit.run.containers import docker as docker_platform
 from reprokit.run.handles import NoOptions
 from reprokit.run.images import buildkit, pins
-from reprokit.run.images.build import BUILD_DIR, _stream_build, plan_build
+from reprokit.run.images.build import BUILD_DIR, _stream_build, failure, plan_build
 from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.run.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, run_inv
@@ -361,6 +361,31 @@ def test_the_build_says_which_builder_it_used_and_what_pip_fetched(engine, cpu_i
     said = "with BuildKit" if builder.buildkit else "with the legacy builder"
     assert f"{said}: {builder.why}" in " ".join(cpu_image["output"].split())
     assert re.search(r"pip fetched \d+ wheels, [\d,.]+ MB, from the wheelhouse", cpu_image["output"])
+
+
+def test_a_failed_build_is_said_from_pips_own_words():
+    """pip's refusals in one line naming the package; else the step's last ERROR line, not the engine's
+    'returned a non-zero code'."""
+    engine_says = "The command '/bin/bash -o pipefail -c if [ -n ...' returned a non-zero code: 1"
+    mismatch = [
+        "Collecting idna==3.20",
+        "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated ...",
+        "    idna==3.20 from http://127.0.0.1:38741/idna-3.20-py3-none-any.whl (from -r /opt/reprokit/lock.txt (line 23)):",
+        "        Expected sha256 " + "0" * 64,
+        "             Got        " + "a" * 64,
+    ]
+    assert failure(mismatch, engine_says).startswith(
+        "pip refused idna==3.20: the file fetched does not match the lock's sha256"
+    )
+    missing = [
+        "ERROR: Hashes are required in --require-hashes mode, but they are missing from some requirements. ...",
+        "    torch==2.14.1 --hash=sha256:" + "b" * 64,
+    ]
+    assert failure(missing, engine_says).startswith("pip refused pins without a hash (torch==2.14.1)")
+    error = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    # The legacy builder colours a step's stderr.
+    assert failure(["Collecting torch==2.14.1", f"\x1b[91m{error}\x1b[0m"], engine_says) == error
+    assert failure(["some output"], engine_says) == engine_says[:300]
 
 
 def _lock_with(tmp_path, monkeypatch, pin: str, hashes: list[str]):

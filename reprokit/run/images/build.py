@@ -331,6 +331,7 @@ def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> st
 
         def show(line: str, step: str) -> None:
             nonlocal last_lines
+            line = ANSI.sub("", line)  # the legacy builder colours a step's stderr red
             log.write(line + "\n")
             if line.strip():
                 last_lines = [*last_lines[-40:], line.rstrip()]
@@ -395,6 +396,7 @@ def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> st
     return image_id
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # pip's words for a file whose sha256 is not the lock's, and for a pin without one.
 HASH_MISMATCH = "DO NOT MATCH THE HASHES"
 HASH_MISSING = "Hashes are required in --require-hashes mode"
@@ -403,7 +405,7 @@ HASH_MISSING = "Hashes are required in --require-hashes mode"
 def failure(lines: list[str], error: str) -> str:
     """Why a build failed, in one line: pip's hash refusals said as such (naming the package), else the
     last error line of the step's output, else the engine's own words."""
-    text = [line.strip() for line in lines if line.strip()]
+    text = [ANSI.sub("", line).strip() for line in lines if line.strip()]
     if any(HASH_MISMATCH in line for line in text):
         start = next(i for i, line in enumerate(text) if HASH_MISMATCH in line)
         packages = [
