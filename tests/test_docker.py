@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+from packaging.utils import parse_wheel_filename
+from rich.console import Console
 
 from reprokit import __version__
 from reprokit.errors import ReprokitError
@@ -29,7 +31,8 @@ from reprokit.plan import accelerators, cells, recipes
 from reprokit.run import images, supervise
 from reprokit.run.containers import docker as docker_platform
 from reprokit.run.handles import NoOptions
-from reprokit.run.images.build import BUILD_DIR
+from reprokit.run.images import buildkit, pins
+from reprokit.run.images.build import BUILD_DIR, _stream_build, failure, plan_build
 from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.run.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, run_inv
@@ -335,14 +338,140 @@ def test_the_image_is_tagged_by_its_build_context_and_labelled_with_its_provenan
 
 
 @pytest.mark.docker
-def test_the_packages_were_installed_from_the_wheelhouse_only(engine, cpu_image):
-    """The pip layer's recorded command: the served wheelhouse, and no index (so no internet)."""
+def test_the_packages_were_installed_from_the_wheelhouse_only_with_their_hashes(engine, cpu_image):
+    """The pip layers' recorded commands: the served wheelhouse, no index (so no internet), every file
+    checked against the lock; the framework (torch's 3 GB) is a layer of its own, below the rest."""
     history = engine.images.get(cpu_image["tag"]).history()
-    (pip_layer,) = [h for h in history if "pip install" in h["CreatedBy"]]
-    assert f"WHEELHOUSE_URL=http://127.0.0.1:{WHEELHOUSE_PORT}/" in pip_layer["CreatedBy"]
-    assert "--no-index" in pip_layer["CreatedBy"]
-    torch_layers = [h for h in history if h["Size"] > 1_000_000_000]
-    assert torch_layers == [pip_layer]  # the trainers' layer above it stays small
+    pip_layers = [h for h in history if "pip install" in h["CreatedBy"]]
+    assert len(pip_layers) == 2
+    for layer in pip_layers:
+        assert f"WHEELHOUSE_URL=http://127.0.0.1:{WHEELHOUSE_PORT}/" in layer["CreatedBy"]
+        assert "--no-index" in layer["CreatedBy"] and "--require-hashes" in layer["CreatedBy"]
+    rest, framework = pip_layers  # history is newest first
+    assert "lock-framework.txt" in framework["CreatedBy"] and "/opt/reprokit/lock.txt" in rest["CreatedBy"]
+    big = [h for h in history if h["Size"] > 1_000_000_000]
+    assert big == [framework]  # the rest of the lock and the trainers' layer above it stay small
+
+
+@pytest.mark.docker
+def test_the_build_says_which_builder_it_used_and_what_pip_fetched(engine, cpu_image):
+    if "up to date" in cpu_image["output"]:
+        pytest.skip("the image was built before this session")
+    builder = buildkit.choose(engine.version())
+    said = "with BuildKit" if builder.buildkit else "with the legacy builder"
+    assert f"{said}: {builder.why}" in " ".join(cpu_image["output"].split())
+    assert re.search(r"pip fetched \d+ wheels, [\d,.]+ MB, from the wheelhouse", cpu_image["output"])
+
+
+def test_a_failed_build_is_said_from_pips_own_words():
+    """pip's refusals in one line naming the package; else the step's last ERROR line, not the engine's
+    'returned a non-zero code'."""
+    engine_says = "The command '/bin/bash -o pipefail -c if [ -n ...' returned a non-zero code: 1"
+    mismatch = [
+        "Collecting idna==3.20",
+        "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated ...",
+        "    idna==3.20 from http://127.0.0.1:38741/idna-3.20-py3-none-any.whl (from -r /opt/reprokit/lock.txt (line 23)):",
+        "        Expected sha256 " + "0" * 64,
+        "             Got        " + "a" * 64,
+    ]
+    assert failure(mismatch, engine_says).startswith(
+        "pip refused idna==3.20: the file fetched does not match the lock's sha256"
+    )
+    missing = [
+        "ERROR: Hashes are required in --require-hashes mode, but they are missing from some requirements. ...",
+        "    torch==2.14.1 --hash=sha256:" + "b" * 64,
+    ]
+    assert failure(missing, engine_says).startswith("pip refused pins without a hash (torch==2.14.1)")
+    error = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    # The legacy builder colours a step's stderr.
+    assert failure(["Collecting torch==2.14.1", f"\x1b[91m{error}\x1b[0m"], engine_says) == error
+    assert failure(["some output"], engine_says) == engine_says[:300]
+
+
+def _lock_with(tmp_path, monkeypatch, pin: str, hashes: list[str]):
+    """The cpu profile with a copy of its lock whose `pin` (name==version) has these hashes."""
+    name = pin.split("==")[0]
+    profile = accelerators.get("cpu")
+    line = f"{pin}" + "".join(f" --hash=sha256:{h}" for h in hashes)
+    text = re.sub(rf"^{name}==.*$", line, profile.lock_file.read_text(), flags=re.M)
+    # A lock of its own: no layer an earlier test run built from the same lock is reused.
+    text += f"# {tmp_path}\n"
+    folder = tmp_path / f"locks-{pin}"
+    folder.mkdir()
+    (folder / "cpu.txt").write_text(text)
+    monkeypatch.setattr(accelerators, "LOCKS_DIR", folder)
+    return accelerators.get("cpu")
+
+
+@pytest.mark.docker
+def test_a_tampered_hash_fails_the_image_build_naming_the_package(engine, cpu_image, tmp_path, monkeypatch):
+    """A wheel that is not the file the lock hashed (here: the lock says another sha256 for idna) stops
+    pip inside the build, and the kit says which package in one line; no image is tagged."""
+    profile = _lock_with(tmp_path, monkeypatch, "idna==3.20", ["0" * 64])
+    tag = images.image_tag(profile)
+    with pytest.raises(ReprokitError) as caught:
+        images.build(profile, BASE_IMAGE, cpu_image["wheels"])
+    assert str(caught.value).startswith(
+        f"building {tag} failed: pip refused idna==3.20: the file fetched does not match the lock's sha256"
+    )
+    assert "Expected sha256 " + "0" * 64 in (ROOT / BUILD_DIR / "cpu.log").read_text()
+    assert images.image_info(tag, engine) is None
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("builder", ["buildkit", "legacy"])
+def test_pip_in_the_image_refuses_a_pin_without_a_hash(engine, cpu_image, builder):
+    """The kit refuses such a lock before building (test_pins); a context edited by hand is refused by pip
+    itself, whichever builder builds it (the legacy builder builds the Dockerfile without cache mounts)."""
+    profile = accelerators.get("cpu")
+    chosen = buildkit.choose(engine.version(), builder)
+    with serve_directory(cpu_image["wheels"]) as url:
+        plan = plan_build(profile, BASE_IMAGE, url, None, None, True, chosen)
+        framework = plan.sent["lock-framework.txt"].decode()
+        plan.sent["lock-framework.txt"] = re.sub(r"^(torch==\S+) .*$", r"\1", framework, flags=re.M).encode()
+        plan.tag = "reprokit/cpu:unhashed-pin"
+        with pytest.raises(ReprokitError) as caught:
+            _stream_build(engine, plan, BUILD_DIR / "cpu-unhashed.log", Console(stderr=True, highlight=False))
+    assert "pip refused pins without a hash (torch==2.14.1" in str(caught.value)
+    assert images.image_info(plan.tag, engine) is None
+
+
+@pytest.mark.docker
+def test_a_changed_pin_outside_the_framework_reuses_its_layer_and_fetches_only_what_changed(
+    engine, cpu_image, tmp_path, monkeypatch
+):
+    """One pin changed (idna): the framework layer (3 GB) is reused as it is, and pip fetches none of its
+    wheels. Through BuildKit, pip's cache mount holds what earlier builds fetched: a second change
+    fetches the one new wheel and nothing else."""
+    builder = buildkit.choose(engine.version())
+    base = accelerators.get("cpu").base_manifest
+    tags = []
+    try:
+        layers = engine.images.get(cpu_image["tag"]).attrs["RootFS"]["Layers"]
+        for version in ("3.10", "3.9"):
+            hashes = pins.locked_hashes({"idna": version}, base)["idna"]
+            profile = _lock_with(tmp_path, monkeypatch, f"idna=={version}", hashes)
+            images.wheelhouse(profile, cpu_image["wheels"])  # the kept folder gets the one new wheel
+            result = images.build(profile, BASE_IMAGE, cpu_image["wheels"])
+            tags.append(result.tag)
+            wheels = [(path.lstrip("/"), size) for path, size in result.served if path.endswith(".whl")]
+            fetched = {wheel for wheel, size in wheels if size > 0}
+            assert not {w for w in fetched if pins.FRAMEWORK.match(str(parse_wheel_filename(w)[0]))}
+            now = engine.images.get(result.tag).attrs["RootFS"]["Layers"]
+            # The base's layers, the frozen base constraints, the framework's slice and its install: shared.
+            shared = len(engine.images.get(BASE_IMAGE).attrs["RootFS"]["Layers"]) + 3
+            assert now[:shared] == layers[:shared]
+            assert now[shared] != layers[shared]  # lock.txt: changed
+        if builder.buildkit:
+            # Every wheel of the rest of the lock was asked for, and only the new one was fetched (unless an
+            # earlier run had it in the cache already).
+            assert len(wheels) == len(pins.read_lock(profile.lock_file)) - len(
+                pins.framework_pins(profile.lock_file.read_text())
+            )
+            assert fetched <= {"idna-3.9-py3-none-any.whl"}, fetched
+    finally:
+        for tag in tags:
+            engine.images.remove(tag)
 
 
 @pytest.mark.docker

@@ -10,7 +10,10 @@ import re
 import pytest
 import tomllib
 
+from reprokit import image_tasks
+from reprokit.errors import ReprokitError
 from reprokit.plan import accelerators
+from reprokit.run import images
 from reprokit.run.images import pins
 from tests.conftest import ROOT
 
@@ -23,7 +26,7 @@ def _name(pin: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PROFILES)
-def test_each_profile_resolves_on_its_base_to_exactly_its_lock(name):
+def test_each_profile_resolves_on_its_base_to_exactly_its_lock_with_every_files_hash(name):
     profile = accelerators.get(name)
     base = profile.base_manifest
     found = pins.resolve(profile, lock=profile.lock_file)
@@ -35,6 +38,114 @@ def test_each_profile_resolves_on_its_base_to_exactly_its_lock(name):
     assert set(found.replaced) <= {pins.normalize(n) for n in base.may_replace}
     if "torch" in base.ships:
         assert not {"torch", "torchvision", "numpy", "pillow"} & set(found.install)
+    # The hashes are those the index lists for the base's Python and platform, and the file pip chose
+    # for the base is among them (pip's choice inside the image is one of them).
+    listed = pins.locked_hashes(found.install, base)
+    assert pins.read_hashes(profile.lock_file) == listed
+    assert found.chosen.keys() == found.install.keys()
+    assert all(digest in listed[n] for n, digest in found.chosen.items())
+    assert pins.lock_problems(profile) == []
+
+
+def test_the_platforms_are_pips_order_of_preference_and_none_newer_than_the_bases_glibc():
+    found = pins.platforms("2.36")
+    assert found[0] == "manylinux_2_36_x86_64" and found[-1] == "linux_x86_64"
+    assert found.index("manylinux2014_x86_64") == found.index("manylinux_2_17_x86_64") + 1
+    assert found.index("manylinux1_x86_64") == found.index("manylinux_2_5_x86_64") + 1
+    assert "manylinux_2_37_x86_64" not in found and "manylinux_2_4_x86_64" not in found
+    flags = pins.platform_flags("2.36")
+    assert flags[:2] == ["--platform", "manylinux_2_36_x86_64"]
+
+
+def test_every_wheel_of_the_version_the_base_can_install_is_hashed_and_no_other():
+    supported = pins.supported_tags("3.11", "2.36")
+    files = [
+        ("numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", "a" * 64),
+        ("numpy-2.4.6-cp311-cp311-manylinux2014_x86_64.whl", "b" * 64),  # pip may take either
+        ("numpy-2.4.6-cp311-cp311-musllinux_1_2_x86_64.whl", "c" * 64),
+        ("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl", "d" * 64),
+        ("numpy-2.4.6-cp311-cp311-manylinux_2_39_x86_64.whl", "e" * 64),  # newer than bookworm's glibc
+        ("numpy-2.4.6-cp311-cp311-manylinux_2_28_aarch64.whl", "f" * 64),
+        ("numpy-2.4.6-cp311-cp311-macosx_14_0_arm64.whl", "0" * 64),
+        ("numpy-2.4.6.tar.gz", "1" * 64),  # the image installs wheels only
+        ("numpy-2.4.5-cp311-cp311-manylinux_2_28_x86_64.whl", "2" * 64),
+        ("numpy-2.4.6-cp39-abi3-manylinux_2_17_x86_64.whl", "3" * 64),
+        ("numpy-2.4.6-py3-none-any.whl", "4" * 64),
+    ]
+    assert pins.wheel_hashes("numpy", "2.4.6", files, supported) == sorted(
+        ["a" * 64, "b" * 64, "3" * 64, "4" * 64]
+    )
+
+
+def test_a_lock_reads_as_pip_reads_it():
+    text = (
+        "# header\n"
+        "torch==2.14.1 --hash=sha256:" + "a" * 64 + " --hash=sha256:" + "b" * 64 + "\n"
+        "\n"
+        "Jinja2==3.1.6 \\\n"
+        "    --hash sha256:" + "c" * 64 + "  # a comment\n"
+        "idna==3.20\n"
+    )
+    found = pins.parse_lock(text)
+    assert [(p.name, p.version, len(p.hashes), p.line) for p in found] == [
+        ("torch", "2.14.1", 2, 2),
+        ("jinja2", "3.1.6", 1, 4),
+        ("idna", "3.20", 0, 6),
+    ]
+
+
+def _lock_copy(tmp_path, monkeypatch, edit) -> accelerators.Profile:
+    profile = accelerators.get("cpu")
+    (tmp_path / "cpu.txt").write_text(edit(profile.lock_file.read_text()))
+    monkeypatch.setattr(accelerators, "LOCKS_DIR", tmp_path)
+    return accelerators.get("cpu")
+
+
+def test_a_pin_without_a_hash_is_refused_before_any_build_in_one_line(tmp_path, monkeypatch):
+    profile = _lock_copy(tmp_path, monkeypatch, lambda t: re.sub(r"^(idna==\S+) .*$", r"\1", t, flags=re.M))
+    line = next(
+        n for n, text in enumerate(profile.lock_file.read_text().splitlines(), 1) if text == "idna==3.20"
+    )
+    with pytest.raises(ReprokitError) as caught:
+        images.context_files(profile)
+    assert str(caught.value) == (
+        f"{profile.lock_file}:{line}: idna==3.20 has no --hash: the image installs its lock with "
+        "--require-hashes; make it with `inv pins --accelerator cpu --write`"
+    )
+    with pytest.raises(ReprokitError, match="idna==3.20 has no --hash"):
+        images.wheelhouse_command(profile, tmp_path / "wheels")
+
+
+def test_a_lock_that_no_longer_pins_a_profile_requirement_is_refused(tmp_path, monkeypatch):
+    profile = _lock_copy(tmp_path, monkeypatch, lambda t: t.replace("\ntimm==1.0.15 ", "\ntimm==1.0.14 "))
+    assert pins.lock_problems(profile) == [
+        f"{profile.lock_file} does not pin timm==1.0.15 of accelerators.yaml (cpu)"
+    ]
+
+
+def test_inv_pins_check_names_the_pins_whose_hashes_the_index_does_not_list(tmp_path, monkeypatch):
+    profile = _lock_copy(
+        tmp_path,
+        monkeypatch,
+        lambda t: re.sub(r"^(idna==\S+) .*$", r"\1 --hash=sha256:" + "0" * 64, t, flags=re.M),
+    )
+    listed = pins.read_hashes(accelerators.get("cpu").lock_file) | {"idna": ["ab" * 32]}
+    install = pins.read_lock(profile.lock_file)
+    with pytest.raises(
+        ReprokitError, match=r"the hashes of idna==3.20 are not the files https://pypi.org/simple lists"
+    ):
+        image_tasks._check_lock(profile, install, listed, "https://pypi.org/simple")
+    image_tasks._check_lock(profile, install, pins.read_hashes(profile.lock_file), "https://pypi.org/simple")
+
+
+def test_the_framework_layer_is_torch_and_its_gpu_stack_and_only_where_the_profile_brings_it():
+    text = accelerators.get("cpu").lock_file.read_text()
+    names = {pins.normalize(line.split("==")[0]) for line in pins.framework_pins(text)}
+    assert {"torch", "torchvision", "triton", "nvidia-cublas", "cuda-toolkit"} <= names
+    assert not {"nvidia-ml-py", "numpy", "pillow", "transformers"} & names
+    assert all(pins.FRAMEWORK.match(n) for n in names)
+    for name in ("cuda", "gaudi2"):  # their bases ship the framework
+        assert pins.framework_pins(accelerators.get(name).lock_file.read_text()) == []
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ a session lays them out."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,57 @@ def test_rendered_dockerfiles_pass_hadolint_without_errors(tmp_path, accelerator
     assert f"ARG BASE_IMAGE={accelerators.get(accelerator).base_image}" in text
     assert (context / "reprokit_trainers" / "__init__.py").exists()
     assert not list(context.rglob("__pycache__"))
-    pins = (context / "requirements.txt").read_text()
-    assert "transformers==4.49.0" in pins and "datasets==3.6.0" in pins
+    pins = (context / "lock.txt").read_text()
+    assert re.search(r"^transformers==4\.49\.0 --hash=sha256:[0-9a-f]{64}", pins, re.M)
+    # What BuildKit is sent: the same Dockerfile with pip's cache mounts; hadolint reads it too.
+    buildkit = tmp_path / f"{accelerator}-buildkit.Dockerfile"
+    buildkit.write_text(images.context.dockerfile(accelerators.get(accelerator), buildkit=True))
+    result = subprocess.run(
+        [hadolint, "--failure-threshold", "error", "--no-color", str(buildkit)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _pip_installs(dockerfile: str) -> list[str]:
+    """Each RUN step that runs pip install, joined into one line."""
+    steps = re.split(r"\n(?=[A-Z]+ )", dockerfile.replace("\\\n", " "))
+    return [step for step in steps if step.startswith("RUN ") and "pip install" in step]
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "cuda", "gaudi2"])
+def test_every_pip_install_of_an_image_checks_the_locks_hashes_and_only_buildkits_keeps_a_cache(accelerator):
+    profile = accelerators.get(accelerator)
+    portable = images.context.dockerfile(profile)
+    buildkit = images.context.dockerfile(profile, buildkit=True)
+    for text in (portable, buildkit):
+        installs = _pip_installs(text)
+        assert len(installs) == (2 if accelerator == "cpu" else 1)  # the framework's own layer: cpu only
+        assert all("--require-hashes" in step and "--only-binary=:all:" in step for step in installs)
+        assert "# syntax=" not in text  # BuildKit would pull its frontend from Docker Hub: no offline build
+    assert "--mount" not in portable  # the legacy builder refuses RUN --mount
+    assert all(
+        step.startswith("RUN --mount=type=cache,id=reprokit-pip,target=/root/.cache/pip ")
+        for step in _pip_installs(buildkit)
+    )
+    assert all("unset PIP_NO_CACHE_DIR;" in step for step in _pip_installs(buildkit))
+    # Only the cache differs: the two make the same image, under one tag.
+    stripped = re.sub(r"--mount=\S+ \\\n    |    unset PIP_NO_CACHE_DIR; \\\n", "", buildkit)
+    assert stripped == portable
+
+
+def test_the_framework_layer_comes_first_keyed_by_its_own_slice_of_the_lock():
+    profile = accelerators.get("cpu")
+    files = images.context_files(profile)
+    text = files["Dockerfile"].decode()
+    assert text.index("COPY lock-framework.txt") < text.index("--no-deps -r /opt/reprokit/lock-framework.txt")
+    assert text.index("-r /opt/reprokit/lock-framework.txt") < text.index("COPY lock.txt")
+    framework = files["lock-framework.txt"].decode()
+    assert "\ntorch==2.14.1 --hash=sha256:" in framework and "idna==" not in framework
+    # The slice is the lock's lines as they are, hashes and all.
+    lock = files["lock.txt"].decode().splitlines()
+    assert all(line in lock for line in framework.splitlines()[1:])
 
 
 def test_the_image_tag_is_a_hash_of_the_context_computed_without_writing_it(tmp_path):

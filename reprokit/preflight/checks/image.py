@@ -15,6 +15,7 @@ from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
 from reprokit.run import images
+from reprokit.run.images import pins
 
 READ_BACK_TIMEOUT_S = 180
 
@@ -24,11 +25,7 @@ def kit_layer(context: Context) -> frozenset[str]:
     system packages (read from the kit's image, they say nothing about the base)."""
     profile = context.profile
     names = {baseimage.normalized(p) for p in profile.system_packages}
-    if profile.lock_file.exists():
-        for line in profile.lock_file.read_text().splitlines():
-            name = line.split("==", 1)[0].strip()
-            if name and not name.startswith("#"):
-                names.add(baseimage.normalized(name))
+    names |= {baseimage.normalized(name) for name in pins.read_lock(profile.lock_file)}
     protected = {baseimage.normalized(p) for p in profile.base_manifest.protect}
     return frozenset(names - protected)
 

@@ -22,8 +22,9 @@ from reprokit.errors import ReprokitError
 from reprokit.gitinfo import checkout, kit_revision, kit_source
 from reprokit.plan import recipes
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images import engine, vendor
-from reprokit.run.images.context import context_files, context_hash, image_tag, write_context
+from reprokit.run.images import buildkit, engine, vendor
+from reprokit.run.images.buildkit import Builder
+from reprokit.run.images.context import context_files, context_hash, dockerfile, image_tag, write_context
 from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 
 BUILD_DIR = Path("rendered") / "build"
@@ -67,6 +68,9 @@ class BuildPlan:
     labels: dict[str, str]
     build_args: dict[str, str] = field(default_factory=dict)
     network_mode: str | None = None
+    # What the engine is sent: `files` but for BuildKit's Dockerfile, with pip's cache mounts.
+    builder: Builder = field(default_factory=lambda: Builder("legacy", "the Dockerfile every builder builds"))
+    sent: dict[str, bytes] = field(default_factory=dict)
 
     def _lines(self, context: Path) -> list[list[str]]:
         lines = [["docker", "build"], ["--tag", self.tag]]
@@ -81,12 +85,13 @@ class BuildPlan:
         return " \\\n  ".join(" ".join(shlex.quote(t) for t in line) for line in self._lines(context))
 
     def context_tar(self) -> io.BytesIO:
+        files = self.sent or self.files
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for name in sorted(self.files):
+            for name in sorted(files):
                 info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(self.files[name]), 0o644, 0
-                tar.addfile(info, io.BytesIO(self.files[name]))
+                info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
+                tar.addfile(info, io.BytesIO(files[name]))
         buffer.seek(0)
         return buffer
 
@@ -98,8 +103,12 @@ def plan_build(
     base_digest: str | None = None,
     vendor_files: dict[str, bytes] | None = None,
     with_vendor: bool = True,
+    builder: Builder | None = None,
 ) -> BuildPlan:
     files = context_files(profile, vendor_files, with_vendor)
+    builder = builder or Builder("legacy", "the Dockerfile every builder builds")
+    # The cache mounts change how pip downloads, not what the image holds: the tag is the same.
+    sent = {**files, "Dockerfile": dockerfile(profile, with_vendor, buildkit=True).encode()}
     base = base_image or profile.pinned_base
     build_args = {"BASE_IMAGE": base}
     network_mode = None
@@ -118,6 +127,8 @@ def plan_build(
         labels=labels(profile, files, base, base_digest),
         build_args=build_args,
         network_mode=network_mode,
+        builder=builder,
+        sent=sent if builder.buildkit else files,
     )
 
 
@@ -156,6 +167,7 @@ def dry_run(
     files, included = vendor_for(profile, staged, with_vendor, console or Console(stderr=True))
     plan = plan_build(profile, base, url, digest, files, included)
     context = write_context(profile, BUILD_DIR / profile.name, plan.files).resolve()
+    # The Dockerfile every builder builds: `inv build` adds pip's cache mounts where the engine has BuildKit.
     lines = [f"# the image {plan.tag}, from the build context {context}"]
     if wheelhouse:
         server = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(wheelhouse)]
@@ -202,6 +214,8 @@ class BuildResult:
     seconds: float
     labels: dict[str, str]
     log: Path | None = None
+    # (path, bytes) of each file the build fetched from the wheelhouse (0: revalidated, pip had it)
+    served: list[tuple[str, int]] = field(default_factory=list)
 
 
 def _ensure_base(docker_client, base_image: str, offline: bool, console) -> str | None:
@@ -244,10 +258,14 @@ def build(
     force: bool = False,
     console=None,
     with_vendor: bool = True,
+    builder: str = "auto",
 ) -> BuildResult:
-    """Build the accelerator's image unless the same tag is already here on the same base."""
+    """Build the accelerator's image unless the same tag is already here on the same base: through
+    BuildKit where the engine has it (`builder`: auto, buildkit or legacy)."""
     from rich.console import Console
 
+    if builder not in buildkit.BUILDERS:
+        raise ReprokitError(f"--builder {builder}: give one of {', '.join(buildkit.BUILDERS)}")
     console = console or Console(stderr=True, highlight=False)
     started = time.monotonic()
     docker_client = engine.client()
@@ -258,67 +276,117 @@ def build(
         )
     digest = _ensure_base(docker_client, base, offline=wheelhouse is not None, console=console)
     files, _ = vendor_for(profile, wheelhouse, with_vendor)
-    with serve_directory(wheelhouse) if wheelhouse is not None else nullcontext() as url:
-        plan = plan_build(profile, base, url, digest, files, with_vendor)
+    chosen = buildkit.choose(docker_client.version(), builder)
+    served: list[tuple[str, int]] = []
+    with serve_directory(wheelhouse, record=served) if wheelhouse is not None else nullcontext() as url:
+        plan = plan_build(profile, base, url, digest, files, with_vendor, chosen)
         existing = image_info(plan.tag, docker_client)
         if not force and _cache_hit(existing, plan):
             console.print(f"{plan.tag} is up to date ({existing['id'][:19]}); `--force` rebuilds it")
             return BuildResult(plan.tag, existing["id"], True, time.monotonic() - started, existing["labels"])
         console.print(
             f"Building {plan.tag} on {base}" + (f" from the wheelhouse {wheelhouse}" if url else "")
-        )
+            + f" with {'BuildKit' if chosen.buildkit else 'the legacy builder'}: {chosen.why}"
+        )  # fmt: skip
         log_path = BUILD_DIR / f"{profile.name}.log"
         image_id = _stream_build(docker_client, plan, log_path, console)
     seconds = time.monotonic() - started
     console.print(f"Built {plan.tag} ({image_id[:19]}) in {seconds:.0f}s; log: {log_path}")
-    return BuildResult(plan.tag, image_id, False, seconds, plan.labels, log_path)
+    if url:
+        console.print(fetched_line(served))
+    return BuildResult(plan.tag, image_id, False, seconds, plan.labels, log_path, served)
+
+
+def fetched_line(served: list[tuple[str, int]]) -> str:
+    """What the build's pip fetched from the wheelhouse: the download an index would have served."""
+    files = [(path, size) for path, size in served if path.endswith(".whl")]
+    fetched = [(path, size) for path, size in files if size > 0]
+    line = f"pip fetched {len(fetched)} wheels, {sum(size for _, size in fetched) / 1e6:,.1f} MB, from the wheelhouse"
+    kept = len(files) - len(fetched)
+    return line + (f"; {kept} more were still in its cache mount" if kept else "")
 
 
 def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> str:
     """Run the build, showing each step and the newest output line; the whole output goes to the log."""
     from docker.errors import APIError
+    from rich.markup import escape
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     image_id = None
     last_lines: list[str] = []
+    params = {
+        "t": plan.tag,
+        "buildargs": plan.build_args,
+        "labels": plan.labels,
+        "networkmode": plan.network_mode,
+        "pull": False,  # the base was resolved (and its digest recorded) before the build
+        "rm": True,
+        "forcerm": True,
+    }
     with open(log_path, "w") as log, console.status("starting the build") as status:
-        log.write(plan.command_line(Path("<context sent from memory>")) + "\n\n")
+        log.write(plan.command_line(Path("<context sent from memory>")) + "\n")
+        log.write(f"# builder: {plan.builder.name} ({plan.builder.why})\n\n")
+        started: set[str] = set()
+        done: set[str] = set()
+
+        def show(line: str, step: str) -> None:
+            nonlocal last_lines
+            line = ANSI.sub("", line)  # the legacy builder colours a step's stderr red
+            log.write(line + "\n")
+            if line.strip():
+                last_lines = [*last_lines[-40:], line.rstrip()]
+                status.update(f"{step}: {line.strip()[:100]}")
+
         try:
-            stream = docker_client.api.build(
-                fileobj=plan.context_tar(),
-                custom_context=True,
-                tag=plan.tag,
-                buildargs=plan.build_args,
-                labels=plan.labels,
-                network_mode=plan.network_mode,
-                pull=False,  # the base was resolved (and its digest recorded) before the build
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
+            if plan.builder.buildkit:
+                stream = buildkit.build_stream(docker_client.api, plan.context_tar(), params)
+            else:
+                stream = docker_client.api.build(
+                    fileobj=plan.context_tar(),
+                    custom_context=True,
+                    tag=plan.tag,
+                    buildargs=plan.build_args,
+                    labels=plan.labels,
+                    network_mode=plan.network_mode,
+                    pull=False,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
             step = "build"
             for chunk in stream:
                 if "error" in chunk:
                     log.write(chunk["error"] + "\n")
                     raise ReprokitError(
-                        f"building {plan.tag} failed: {_last_meaningful([*last_lines, chunk['error']])} "
-                        f"(full log: {log_path})"
+                        f"building {plan.tag} failed: {failure(last_lines, chunk['error'])} (full log: {log_path})"
                     )
-                if "aux" in chunk and "ID" in chunk["aux"]:
+                if chunk.get("id") == "moby.buildkit.trace":
+                    trace = buildkit.decode(chunk["aux"])
+                    for vertex in trace.steps:
+                        # The Dockerfile's steps ([stage-0 4/8] RUN ...) and the export, not BuildKit's own.
+                        if not vertex.name.startswith(("[stage", "exporting")):
+                            continue
+                        if vertex.started is not None and vertex.digest not in started:
+                            started.add(vertex.digest)
+                            step = vertex.name.split("]")[0].lstrip("[")
+                            last_lines = []  # a failure is said from the failing step's output
+                            log.write(f"# {vertex.name}\n")
+                        if (vertex.completed is not None or vertex.cached) and vertex.digest not in done:
+                            done.add(vertex.digest)
+                            log.write(f"# {buildkit.shown(vertex)}\n")
+                            console.print(f"  {escape(buildkit.shown(vertex))}")
+                    for _, data in trace.logs:
+                        for line in data.decode(errors="replace").splitlines():
+                            show(line, step)
+                    continue
+                if isinstance(chunk.get("aux"), dict) and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
                 text = chunk.get("stream") or chunk.get("status") or ""
-                if not text:
-                    continue
-                log.write(text if text.endswith("\n") else text + "\n")
                 for line in text.splitlines():
-                    line = line.rstrip()
-                    if not line:
-                        continue
                     if line.startswith("Step "):
-                        step = line.split(" : ")[0]
-                        console.print(f"  {line[:160]}")
-                    last_lines = [*last_lines[-20:], line]
-                    status.update(f"{step}: {line.strip()[:100]}")
+                        step, last_lines = line.split(" : ")[0], []
+                        console.print(f"  {escape(line.rstrip()[:160])}")
+                    show(line, step)
         except APIError as exc:
             raise ReprokitError(
                 f"building {plan.tag} failed: {exc.explanation or exc} (log: {log_path})"
@@ -326,6 +394,36 @@ def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> st
     if image_id is None:
         image_id = docker_client.images.get(plan.tag).id
     return image_id
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# pip's words for a file whose sha256 is not the lock's, and for a pin without one.
+HASH_MISMATCH = "DO NOT MATCH THE HASHES"
+HASH_MISSING = "Hashes are required in --require-hashes mode"
+
+
+def failure(lines: list[str], error: str) -> str:
+    """Why a build failed, in one line: pip's hash refusals said as such (naming the package), else the
+    last error line of the step's output, else the engine's own words."""
+    text = [ANSI.sub("", line).strip() for line in lines if line.strip()]
+    if any(HASH_MISMATCH in line for line in text):
+        start = next(i for i, line in enumerate(text) if HASH_MISMATCH in line)
+        packages = [
+            line.split(" from ")[0] for line in text[start + 1 :] if " from " in line and "==" in line
+        ]
+        return (
+            f"pip refused {', '.join(packages) or 'a file'}: the file fetched does not match the lock's sha256 "
+            "(a wheelhouse or index serving another file than was locked; if the index changed it, "
+            "rewrite the lock with `inv pins --write`)"
+        )
+    if any(HASH_MISSING in line for line in text):
+        start = next(i for i, line in enumerate(text) if HASH_MISSING in line)
+        packages = [line.split(" ")[0] for line in text[start + 1 :] if "--hash=" in line]
+        return f"pip refused pins without a hash ({', '.join(packages) or 'see the log'}): rewrite the lock with `inv pins --write`"
+    errors = [line for line in text if line.startswith(("ERROR:", "reprokit:"))]
+    if errors:
+        return errors[-1][:300]
+    return _last_meaningful([*lines, error])
 
 
 def _last_meaningful(lines: list[str]) -> str:

@@ -1,4 +1,5 @@
-"""An image's build context: Dockerfile, pinned requirements and the trainers, and its tag.
+"""An image's build context: Dockerfile, the hash-pinned lock (and its framework slice) and the trainers,
+and its tag.
 
 As TensorFlow's tools/dockerfiles does, the Dockerfile is assembled from a spec (the accelerator
 profile) and partials that each own one concern. The tag is
@@ -16,14 +17,16 @@ from reprokit import __version__, trainers
 from reprokit.errors import ReprokitError
 from reprokit.layout import DOCKER
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images import vendor
+from reprokit.run.images import pins, vendor
 from reprokit.run.templating import render
 from reprokit.trainers import PACKAGE as TRAINERS_PACKAGE
 
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
 
 
-def dockerfile(profile: Profile, with_vendor: bool = True) -> str:
+def dockerfile(profile: Profile, with_vendor: bool = True, buildkit: bool = False) -> str:
+    """The Dockerfile every builder builds; with `buildkit`, the same with pip's cache mounts (the legacy
+    builder refuses `RUN --mount`). Both make the same image: the tag is taken over the first."""
     protect = [re.sub(r"[-_.]+", "[-_.]", name) for name in profile.base_manifest.protect]
     return render(
         DOCKER,
@@ -31,12 +34,18 @@ def dockerfile(profile: Profile, with_vendor: bool = True) -> str:
         profile=profile,
         protect_pattern="|".join(protect) or "(none)",
         vendor=profile.vendor if with_vendor else None,
+        framework=bool(framework_lock(profile)),
+        buildkit=buildkit,
     )
 
 
-def requirements(profile: Profile) -> str:
-    header = f"# Pinned Python packages of the reprokit `{profile.name}` image (accelerators.yaml).\n"
-    return header + "".join(f"{line}\n" for line in profile.requirements)
+def framework_lock(profile: Profile) -> str:
+    """The lock's slice that the framework layer installs (empty where the base ships the framework)."""
+    lines = pins.framework_pins(profile.lock_file.read_text())
+    if not lines:
+        return ""
+    header = f"# The framework's pins of {profile.lock_file.name} (its first pip layer), with their hashes.\n"
+    return header + "".join(f"{line}\n" for line in lines)
 
 
 def trainer_files() -> dict[str, bytes]:
@@ -54,16 +63,19 @@ def context_files(
 ) -> dict[str, bytes]:
     """What `docker build` is given, by path in the context. The vendor files' bytes come at build time
     (vendor.files); until then their pinned checksums (vendor.sha256) stand for them."""
-    if not profile.lock_file.exists():
+    problems = pins.lock_problems(profile)
+    if problems:
         raise ReprokitError(
-            f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
+            f"{problems[0]}: the image installs its lock with --require-hashes; "
+            f"make it with `inv pins --accelerator {profile.name} --write`"
         )
     found = {
         "Dockerfile": dockerfile(profile, with_vendor).encode(),
-        "requirements.txt": requirements(profile).encode(),
         "lock.txt": profile.lock_file.read_bytes(),
         **trainer_files(),
     }
+    if framework := framework_lock(profile):
+        found["lock-framework.txt"] = framework.encode()
     if profile.vendor is not None:
         found["vendor.sha256"] = vendor.manifest(profile, with_vendor)
         found.update(vendor_files or {})

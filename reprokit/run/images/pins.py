@@ -5,8 +5,10 @@ The base is modelled as a virtual environment of the base's Python in which ever
 manifest (bases.yaml `ships`) is installed as an empty stub distribution at the base's version, so
 that pip sees it as installed, exactly as it would inside the image. `pip install --dry-run
 --report` then says what the image's pip layer would install, and whether it would replace
-something the base provides. The whole installed set is the profile's lock (locks/<profile>.txt):
-builds install it as constraints and wheelhouses download exactly it.
+something the base provides. The whole installed set is the profile's lock (locks/<profile>.txt),
+each pin with the sha256 of every wheel of its version that the base's Python and platform can
+install (read from the package index, as pip-compile --generate-hashes does): images install exactly
+it with --require-hashes, whichever of those files pip picks, and wheelhouses download it.
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
+import urllib.request
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Base, Profile
 
-# Packages the kit's pip layer must never bring: the base's framework and the GPU stacks it was built with.
-FRAMEWORK = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*|habana-.*)$")
+# Packages the kit's pip layer must never bring: the base's framework and the GPU stacks it was built with
+# (nvidia-ml-py is NVML's Python binding, no CUDA library). Where a profile brings them itself (cpu), they
+# are the bulk of its download, installed as a layer of their own.
+FRAMEWORK = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-(?!ml-py$).*|cuda-.*|habana-.*)$")
 PIP_TIMEOUT_S = 900
 # The pip of the base model when the manifest names none: the oldest that resolves for a platform in a
 # dry run (`--platform` with `--dry-run`).
@@ -40,12 +47,41 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# The legacy manylinux names of glibc 2.17, 2.12 and 2.5 (PEP 600).
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+# Where `inv pins` reads each file's sha256 (PEP 691's JSON, else PEP 503's links): the index pip uses.
+DEFAULT_INDEX = "https://pypi.org/simple"
+INDEX_TIMEOUT_S = 60
+HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def platforms(glibc: str) -> list[str]:
+    """The platform tags an x86-64 system with this glibc accepts, newest first, as pip itself orders
+    them inside the image (it takes the first tag a wheel matches)."""
+    found = []
+    for minor in range(int(glibc.split(".")[1]), 4, -1):
+        found.append(f"manylinux_2_{minor}_x86_64")
+        if minor in LEGACY_MANYLINUX:
+            found.append(f"{LEGACY_MANYLINUX[minor]}_x86_64")
+    return [*found, "linux_x86_64"]
+
+
 def platform_flags(glibc: str) -> list[str]:
-    """The manylinux tags a system with this glibc accepts (pip matches each tag exactly)."""
-    newest = int(glibc.split(".")[1])
-    tags = ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"]
-    tags += [f"manylinux_2_{minor}_x86_64" for minor in range(5, newest + 1)]
-    return [flag for tag in tags for flag in ("--platform", tag)]
+    """pip's --platform flags for this glibc (pip matches each tag exactly), in pip's order of preference."""
+    return [flag for tag in platforms(glibc) for flag in ("--platform", tag)]
+
+
+def supported_tags(python: str, glibc: str) -> frozenset:
+    """Every wheel tag CPython `python` on an x86-64 glibc `glibc` installs (packaging's tags, as pip's)."""
+    from packaging import tags
+
+    major, minor = (int(part) for part in python.split(".")[:2])
+    interpreter = f"cp{major}{minor}"
+    found = [
+        *tags.cpython_tags((major, minor), abis=[interpreter], platforms=platforms(glibc)),
+        *tags.compatible_tags((major, minor), interpreter=interpreter, platforms=platforms(glibc)),
+    ]
+    return frozenset(found)
 
 
 def find_python(version: str) -> Path:
@@ -95,6 +131,8 @@ class Resolution:
     replaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     framework: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
+    # package -> the sha256 of the file pip chose for it in the dry run
+    chosen: dict[str, str] = field(default_factory=dict)
 
     def problems(self, base: Base) -> list[str]:
         """Why this resolution would not build on the base (empty: it would)."""
@@ -177,7 +215,13 @@ def resolve(profile: Profile, requirements: list[str] | None = None, lock: Path 
             "-r", str(where / "requirements.txt"), "-c", str(where / "base.txt"),
         ]  # fmt: skip
         if lock is not None:
-            command += ["-c", str(lock)]
+            # The lock's versions hold, but for the profile's own pins, which say theirs. Versions only:
+            # hashes in a constraints file turn on pip's hash checking, which downloads every file in
+            # full (gigabytes) where the resolution needs only their metadata.
+            own = requirements_names(wanted)
+            kept = {n: v for n, v in read_lock(lock).items() if n not in own}
+            (where / "lock.txt").write_text("".join(f"{n}=={v}\n" for n, v in kept.items()))
+            command += ["-c", str(where / "lock.txt")]
         done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
         shown = [str(c) for c in command]
         if done.returncode != 0:
@@ -186,6 +230,7 @@ def resolve(profile: Profile, requirements: list[str] | None = None, lock: Path 
             )
         installs = json.loads(report.read_text())["install"]
     install = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+    chosen = {normalize(i["metadata"]["name"]): _sha256_of(i) for i in installs if _sha256_of(i)}
     shipped = {normalize(n): v for n, v in base.ships.items()}
     replaced = {n: (shipped[n], v) for n, v in install.items() if n in shipped}
     # Where the base ships the framework, the pip layer must not bring another (a profile that pins
@@ -195,7 +240,13 @@ def resolve(profile: Profile, requirements: list[str] | None = None, lock: Path 
         if "torch" in shipped
         else []
     )
-    return Resolution(profile.name, base.name, True, None, install, replaced, framework, shown)
+    return Resolution(profile.name, base.name, True, None, install, replaced, framework, shown, chosen)
+
+
+def _sha256_of(install: dict) -> str | None:
+    """The sha256 of the file pip's report says it would install (its download_info)."""
+    archive = (install.get("download_info") or {}).get("archive_info") or {}
+    return (archive.get("hashes") or {}).get("sha256")
 
 
 def requirements_names(lines: list[str]) -> set[str]:
@@ -217,21 +268,156 @@ def _why(stderr: str) -> str:
     return errors[-1] if errors else next((line for line in reversed(lines) if line), "no output")
 
 
-def lock_text(resolution: Resolution, base: Base) -> str:
-    header = (
-        f"# The {resolution.profile} image's pip layer, resolved against {base.reference} (bases.yaml "
-        f"{base.name}) by `inv pins --accelerator {resolution.profile} --write`.\n"
-        "# Builds install the profile's requirements with this file as constraints; wheelhouses download it.\n"
-    )
-    return header + "".join(f"{name}=={version}\n" for name, version in sorted(resolution.install.items()))
+def index_url() -> str:
+    """The index whose files the hashes are read from: pip's (PIP_INDEX_URL), else PyPI."""
+    return (os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
+
+
+def index_files(name: str, index: str) -> list[tuple[str, str]]:
+    """(file name, sha256) of every file the index lists for the project `name`: PEP 691's JSON where the
+    index speaks it, else the sha256 fragments of PEP 503's links."""
+    url = f"{index}/{normalize(name)}/"
+    if not url.startswith(("https://", "http://")):
+        raise ReprokitError(f"the index {index} is not an http(s) URL: set PIP_INDEX_URL to one")
+    accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers={"Accept": accept}), timeout=INDEX_TIMEOUT_S
+        ) as response:
+            body, kind = response.read(), response.headers.get_content_type()
+    except OSError as exc:
+        raise ReprokitError(f"cannot read {url} for the hashes of {name}: {exc}") from None
+    if kind == "application/vnd.pypi.simple.v1+json":
+        return [(f["filename"], f.get("hashes", {}).get("sha256", "")) for f in json.loads(body)["files"]]
+    links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', body.decode(errors="replace"))
+    return [(urllib.parse.unquote(link.rsplit("/", 1)[-1]), digest) for link, digest in links]
+
+
+def wheel_hashes(name: str, version: str, files: list[tuple[str, str]], supported: frozenset) -> list[str]:
+    """The sha256 of each wheel of name==version among `files` that installs where `supported` holds."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import Version
+
+    found = set()
+    for filename, digest in files:
+        if not filename.endswith(".whl") or not digest:
+            continue
+        try:
+            wheel_name, wheel_version, _, wheel_tags = parse_wheel_filename(filename)
+        except (InvalidWheelFilename, ValueError):
+            continue
+        if (
+            wheel_name == canonicalize_name(name)
+            and wheel_version == Version(version)
+            and wheel_tags & supported
+        ):
+            found.add(digest)
+    return sorted(found)
+
+
+def locked_hashes(install: dict[str, str], base: Base, index: str | None = None) -> dict[str, list[str]]:
+    """For each pin, the sha256 of every wheel of its version the base's Python and platform can install,
+    from the index: whichever of them pip picks inside the image, its hash is in the lock."""
+    index = index or index_url()
+    supported = supported_tags(base.python, base.glibc)
+    names = sorted(install)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        listings = dict(zip(names, pool.map(lambda n: index_files(n, index), names), strict=True))
+    found = {n: wheel_hashes(n, install[n], listings[n], supported) for n in names}
+    missing = [f"{n}=={install[n]}" for n in names if not found[n]]
+    if missing:
+        raise ReprokitError(
+            f"{index} lists no wheel for Python {base.python} on glibc {base.glibc} (x86-64) of "
+            f"{', '.join(missing)}: the lock could not hash what the image would install"
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+    line: int
+
+
+def parse_lock(text: str) -> list[Pin]:
+    """The pins of a lock: `name==version --hash=sha256:... ...` per line (a backslash continues a line,
+    as pip reads it; `#` starts a comment)."""
+    pins = []
+    joined, first = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = "" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0].strip()
+        first = first or number
+        if line.endswith("\\"):
+            joined += line[:-1] + " "
+            continue
+        line, joined, at, first = (joined + line).strip(), "", first, 0
+        if not line:
+            continue
+        requirement, *options = line.replace("--hash ", "--hash=").split()
+        name, _, version = requirement.partition("==")
+        hashes = tuple(option.removeprefix("--hash=") for option in options if option.startswith("--hash="))
+        pins.append(Pin(normalize(name), version, hashes, at))
+    return pins
 
 
 def read_lock(path: Path) -> dict[str, str]:
+    """name -> version of every pin of a lock (empty when there is none)."""
     if not path.exists():
         return {}
-    found = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            found[normalize(name)] = version
+    return {pin.name: pin.version for pin in parse_lock(path.read_text())}
+
+
+def read_hashes(path: Path) -> dict[str, list[str]]:
+    """name -> the sha256 digests (hex) the lock accepts for it."""
+    return {
+        pin.name: sorted(h.removeprefix("sha256:") for h in pin.hashes)
+        for pin in parse_lock(path.read_text())
+    }
+
+
+def lock_problems(profile: Profile) -> list[str]:
+    """What makes the profile's lock unusable for a build, read from the file alone (no network): a line
+    that is not `name==version`, a pin without a sha256 hash, a requirement of the profile it does not pin."""
+    path = profile.lock_file
+    if not path.exists():
+        return [f"{profile.name} has no lock ({path})"]
+    found = []
+    pins = parse_lock(path.read_text())
+    for pin in pins:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", pin.name) or not pin.version:
+            found.append(f"{path}:{pin.line}: not a `name==version` pin")
+        elif not pin.hashes:
+            found.append(f"{path}:{pin.line}: {pin.name}=={pin.version} has no --hash")
+        elif bad := [h for h in pin.hashes if not HASH.match(h)]:
+            found.append(f"{path}:{pin.line}: {pin.name}'s hash {bad[0]} is not sha256:<64 hex digits>")
+    locked = {pin.name: pin.version for pin in pins}
+    for requirement in profile.requirements:
+        name, _, version = requirement.partition("==")
+        if locked.get(normalize(name)) != version.strip():
+            found.append(f"{path} does not pin {requirement} of accelerators.yaml ({profile.name})")
     return found
+
+
+def framework_pins(text: str) -> list[str]:
+    """The lock's lines of the framework (torch and its GPU stack), as they are written."""
+    return [
+        line
+        for line in text.splitlines()
+        if line and not line.startswith("#") and FRAMEWORK.match(normalize(line.split("==", 1)[0]))
+    ]
+
+
+def lock_text(resolution: Resolution, base: Base, hashes: dict[str, list[str]], index: str) -> str:
+    header = (
+        f"# The {resolution.profile} image's pip layer, resolved against {base.reference} (bases.yaml "
+        f"{base.name}) by `inv pins --accelerator {resolution.profile} --write`.\n"
+        f"# Each pin has the sha256 of every wheel of its version that Python {base.python} on glibc "
+        f"{base.glibc} (x86-64) can install, from {index}:\n"
+        "# images install exactly this file with --require-hashes; wheelhouses download it.\n"
+    )
+    return header + "".join(
+        f"{name}=={version}" + "".join(f" --hash=sha256:{digest}" for digest in hashes[name]) + "\n"
+        for name, version in sorted(resolution.install.items())
+    )

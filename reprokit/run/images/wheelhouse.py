@@ -1,11 +1,14 @@
-"""A wheelhouse: exactly the wheels an image's pip layer installs (its profile's lock), for the base's
-Python and glibc, downloaded ahead so that `inv build --wheelhouse DIR` fetches nothing. What the
+"""A wheelhouse: exactly the wheels an image's pip layers install (its profile's lock), for the base's
+Python and glibc, each checked against the lock's sha256, downloaded ahead so that `inv build --wheelhouse
+DIR` fetches nothing from the internet; a kept folder downloads only the files it lacks. What the
 base itself provides (the framework) is not in the lock, so it is never downloaded."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
+import os
 import subprocess
 import sys
 import threading
@@ -16,15 +19,18 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
+from reprokit.run.images import pins
 from reprokit.run.images.pins import platform_flags
 
 
 def wheelhouse_command(profile: Profile, dest: Path, python_version: str | None = None) -> list[str]:
     """`pip download` of the profile's lock, each wheel for the image's Python and platform."""
     base = profile.base_manifest
-    if not profile.lock_file.exists():
+    problems = pins.lock_problems(profile)
+    if problems:
         raise ReprokitError(
-            f"{profile.name} has no lock ({profile.lock_file}); make it with `inv pins --accelerator {profile.name} --write`"
+            f"{problems[0]}: the wheelhouse downloads the lock's files, each checked against its sha256; "
+            f"make it with `inv pins --accelerator {profile.name} --write`"
         )
     version = python_version or base.python
     dest.mkdir(parents=True, exist_ok=True)
@@ -53,15 +59,68 @@ def wheelhouse(profile: Profile, dest: Path, python_version: str | None = None) 
 WHEELHOUSE_PORT = 38741
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+# A file's sha256 by (path, size, mtime): each file is read once per process, however often it is served.
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: str) -> str:
+    stat = os.stat(path)
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+class _WheelhouseHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the folder quietly, each file with its sha256 as ETag, so that pip's HTTP cache (a BuildKit
+    cache mount) keeps a wheel and asks again only whether it is still the same file (304): as from an
+    index, a rebuild fetches only the wheels it has not seen, from this wheelhouse or another."""
+
+    record: list[tuple[str, int]] | None = None
+
+    def _etag(self) -> str | None:
+        path = self.translate_path(self.path)
+        return f'"{_sha256(path)}"' if os.path.isfile(path) else None
+
+    def send_head(self):  # noqa: ANN201 - the base class's signature
+        etag = self._etag()
+        if etag is not None and self.headers.get("If-None-Match") == etag:
+            self.send_response(http.server.HTTPStatus.NOT_MODIFIED)
+            self.end_headers()
+            self._note(0)
+            return None
+        found = super().send_head()
+        if found is not None and etag is not None:
+            self._note(os.fstat(found.fileno()).st_size)
+        return found
+
+    def end_headers(self) -> None:
+        etag = self._etag() if self.command in ("GET", "HEAD") else None
+        if etag is not None:
+            self.send_header("ETag", etag)
+            self.send_header("Cache-Control", "no-cache")  # kept, but revalidated on every use
+        super().end_headers()
+
+    def _note(self, size: int) -> None:
+        if self.record is not None:
+            self.record.append((self.path.split("?", 1)[0], size))
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
 
 
 @contextmanager
-def serve_directory(directory: Path, port: int = WHEELHOUSE_PORT) -> Iterator[str]:
-    """Serve a folder on 127.0.0.1 for as long as the block runs; yields its URL."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
+def serve_directory(
+    directory: Path, port: int = WHEELHOUSE_PORT, record: list[tuple[str, int]] | None = None
+) -> Iterator[str]:
+    """Serve a folder on 127.0.0.1 for as long as the block runs; yields its URL. Each file served is
+    appended to `record` as (path, bytes sent), 0 for a file the client still had."""
+    handler_class = type("Handler", (_WheelhouseHandler,), {"record": record})
+    handler = functools.partial(handler_class, directory=str(directory))
     try:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError:  # taken: any free port (the pip layer is then rebuilt rather than reused)
