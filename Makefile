@@ -65,11 +65,11 @@ bench-gpu: $(VENV)/.test  ## GPU throughput benchmarks (needs a CUDA device)
 	$(BIN)/python -m benchmarks.run --gpu $(ARGS)
 
 # A bare, air-gapped GPU node (README.md, "On a bare GPU node"): what travels to it, rehearsed here first.
-node-bundle: $(VENV)/.installed  ## the wheels a bare GPU node lacks, into node-bundle/ (needs PyPI; reprokit/barenode/node.yaml)
+node-bundle: $(VENV)/.reproduce  ## the wheels a bare GPU node lacks, into node-bundle/ (needs PyPI; reprokit/barenode/node.yaml)
 	$(BIN)/python -m reprokit.barenode bundle node-bundle $(ARGS)
 
 SLICES ?=
-node-rehearsal: $(VENV)/.installed  ## every cell of the node's slices through its trainer on the CPU, at its published size (SLICES="a b")
+node-rehearsal: $(VENV)/.reproduce  ## every cell of the node's slices through its trainer on the CPU, at its published size (SLICES="a b")
 	$(BIN)/python -m reprokit.barenode rehearse $(SLICES) $(ARGS)
 
 clean:  ## remove rendered files and caches (results/ is kept)

@@ -281,8 +281,8 @@ def test_a_speedup_beyond_the_publication_needs_both_runs_free_of_throughput_dep
     # 19.68x, measured: not a claim that today's software is 20 times faster.
     assert row.measured_speedup == pytest.approx(19.68)
     assert row.speedup_verdict == verdicts.NOT_COMPARABLE
-    side = "workers2: " if disturbed == "published" else ""
-    assert row.speedup_verdict_reasons == side + SHARED["reason"]
+    side = " (in the workers2 run)" if disturbed == "published" else ""
+    assert row.speedup_verdict_reasons == SHARED["reason"] + side
     console = Console(width=400, record=True)
     terminal.print_table([row], console)
     assert "19.68x (-) not comparable" in console.export_text()

@@ -318,7 +318,15 @@ def test_a_recipe_given_by_path_beside_the_kit_one_of_its_name_is_refused_not_mi
     )
     assert "# volo--" not in result.stdout
     # The same file named twice is one recipe, its cells once.
-    twice = inv("reproduce", f"volo,{recipes.resolve_path('volo')}", "--accelerator", "cpu", "--dry-run")
+    twice = inv(
+        "reproduce",
+        f"volo,{recipes.resolve_path('volo')}",
+        "--accelerator",
+        "cpu",
+        "--container",
+        "none",
+        "--dry-run",
+    )
     assert twice.returncode == 0, twice.stderr
     assert [line for line in twice.stdout.splitlines() if line.startswith("# volo--pretrain-d1 ")] == [
         "# volo--pretrain-d1 (local, smoke, cpu)"

@@ -76,11 +76,12 @@ def published_speedup(row: Row, base: Row) -> tuple[float | None, str | None, st
 
 def both_sides(row: Row, other: Row, definition: str) -> list[str]:
     """Why a speedup of `row` over `other` is no verdict: a throughput departure of either run (the
-    other's named by its variant), or a run too short for a length-dependent definition. A speedup is
-    a verdict of two runs, and each must have measured what it claims."""
+    other's followed by `(in the <variant> run)`, after its details, so that its name, the words before
+    them, reads as the same departure's), or a run too short for a length-dependent definition. A
+    speedup is a verdict of two runs, and each must have measured what it claims."""
     reasons = [*blocking(row.departures), *length_reasons(row.max_steps, definition)]
     theirs = [*blocking(other.departures), *length_reasons(other.max_steps, definition)]
-    named = [r if r in reasons else f"{other.variant}: {r}" for r in theirs]
+    named = [r if r in reasons else f"{r} (in the {other.variant} run)" for r in theirs]
     return list(dict.fromkeys([*reasons, *named]))
 
 
