@@ -26,6 +26,17 @@ def run_inv(
     )
 
 
+# What a training run records of the machine it ran on rather than of what it trained: the load watcher's
+# departure and a stall (each tested on its own, in test_machineload.py and test_stalls.py). On a shared
+# machine (CI beside other work) any run may record them; a test of what a run trained on asserts the rest.
+MACHINE_DEPARTURES = ("the machine was shared while the run measured", "the run stalled")
+
+
+def departures_of_the_run(summary: dict) -> list[dict]:
+    """A summary's departures less those a busy machine makes."""
+    return [d for d in summary["departures"] if not d["reason"].startswith(MACHINE_DEPARTURES)]
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _machine_lock_of_this_test_run(tmp_path_factory):
     """The kit's machine lock (reprokit/run/machinelock.py) in this test run's own folder: the suite's
