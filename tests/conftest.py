@@ -37,6 +37,19 @@ def departures_of_the_run(summary: dict) -> list[dict]:
     return [d for d in summary["departures"] if not d["reason"].startswith(MACHINE_DEPARTURES)]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (make test), the tests of one service run in turn on one worker: the Docker
+    engine's images, tags and containers, and the two-node Slurm cluster, whose jobs would wait for
+    each other's nodes."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        for service in ("docker", "slurm"):
+            if item.get_closest_marker(service):
+                item.add_marker(pytest.mark.xdist_group(service))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _machine_lock_of_this_test_run(tmp_path_factory):
     """The kit's machine lock (reprokit/run/machinelock.py) in this test run's own folder: the suite's
