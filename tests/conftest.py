@@ -14,8 +14,15 @@ INV = [sys.executable, "-m", "invoke"]
 
 
 def run_inv(
-    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None
+    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None, process: bool = False
 ) -> subprocess.CompletedProcess:
+    """`inv ARGS` as a user's shell runs it: its exit code, stdout and stderr. In this process
+    (tests/inprocess.py: a new Python costs seconds, most of a small check's time), or as a new process
+    with ``process`` (where a test stops, signals or waits on it, or tests a start: then ``timeout``)."""
+    if not process:
+        from tests.inprocess import run_command
+
+        return run_command(*args, cwd=cwd, env=env)
     return subprocess.run(
         [*INV, *args],
         cwd=cwd,
