@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.inprocess import ROOT, run_command
+
 INV = [sys.executable, "-m", "invoke"]
 
 
@@ -20,8 +21,6 @@ def run_inv(
     (tests/inprocess.py: a new Python costs seconds, most of a small check's time), or as a new process
     with ``process`` (where a test stops, signals or waits on it, or tests a start: then ``timeout``)."""
     if not process:
-        from tests.inprocess import run_command
-
         return run_command(*args, cwd=cwd, env=env)
     return subprocess.run(
         [*INV, *args],

@@ -5,7 +5,7 @@ kit); the suite keeps a subprocess test of each command's start (test_cli.py), a
 signal or time a process run it as one.
 
 What a command changes in the process it runs in (the folder, the environment, the umask, signal
-handlers, sys.argv, the user's recipe folders) is put back when it returns."""
+handlers, sys.argv, the user's recipe folders, the tasks' help) is put back when it returns."""
 
 from __future__ import annotations
 
@@ -21,14 +21,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import ROOT
+import invoke
+from invoke import Collection
 
+from reprokit.tasks import ns
+
+ROOT = Path(__file__).resolve().parent.parent
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
 # What sys.argv[0] is under `python -m invoke` and `python -m reprokit` (reprokit/invocation.py reads it
 # to name the command in its hints).
 ARGV0 = {
-    "inv": str(Path(__import__("invoke").__file__).parent / "__main__.py"),
+    "inv": str(Path(invoke.__file__).parent / "__main__.py"),
     "reprokit": str(ROOT / "reprokit" / "__main__.py"),
 }
 
@@ -76,12 +80,20 @@ def _captured() -> Iterator[dict[str, str]]:
                 found[name] = file.read().decode("utf-8", "replace")
 
 
+def _tasks(collection: Collection) -> Iterator:
+    yield from collection.tasks.values()
+    for child in collection.collections.values():
+        yield from _tasks(child)
+
+
+# invoke hands each flag's help to the parser once a process (Task.arg_opts pops it from the task's help):
+# the help as the kit defines it, kept from before any command ran, is given back before each.
+HELP = {task: dict(task.help) for task in _tasks(ns)}
+
+
 def _program(name: str):  # noqa: ANN202 -- invoke's Program or the kit's
     """A new Program, as a new process would make it (invoke/main.py's, reprokit/cli.py's)."""
-    import invoke
-
     from reprokit import __version__, cli
-    from reprokit.tasks import ns
 
     if name == "inv":
         return invoke.Program(
@@ -99,6 +111,8 @@ def run_command(
     from reprokit.plan import recipes
 
     user_recipe_dirs = list(recipes._user_dirs)  # --recipes folders: set once a process by the command line
+    for task, help_ in HELP.items():
+        task.help = dict(help_)
     handlers = {s: signal.getsignal(s) for s in SIGNALS}
     umask = os.umask(0o022)
     os.umask(umask)
