@@ -47,13 +47,20 @@ def departures_of_the_run(summary: dict) -> list[dict]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (make test), the tests of one service run in turn on one worker: the Docker
     engine's images, tags and containers, and the two-node Slurm cluster, whose jobs would wait for
-    each other's nodes."""
+    each other's nodes. Every worker collects the same order."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         for service in ("docker", "slurm"):
             if item.get_closest_marker(service):
                 item.add_marker(pytest.mark.xdist_group(service))
+    # The longest work first (a service's tests, one after another, then the tests that train), so that
+    # no worker is left with a long group while the other has nothing to do.
+    items.sort(
+        key=lambda item: (
+            0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+        )
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")
