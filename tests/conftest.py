@@ -45,15 +45,17 @@ def departures_of_the_run(summary: dict) -> list[dict]:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (make test), the tests of one service run in turn on one worker: the Docker
-    engine's images, tags and containers, and the two-node Slurm cluster, whose jobs would wait for
-    each other's nodes. Every worker collects the same order."""
+    """Under pytest-xdist (make test), the tests of one service in one file run in turn on one worker:
+    they share the images, tags and containers they make (and the session's cpu image fixture), and the
+    two-node Slurm cluster's jobs would wait for each other's nodes. Files that build different images
+    (test_docker's cpu image, test_standins' vendor stand-ins) may build at the same time, as two users'
+    sessions do. Every worker collects the same order."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         for service in ("docker", "slurm"):
             if item.get_closest_marker(service):
-                item.add_marker(pytest.mark.xdist_group(service))
+                item.add_marker(pytest.mark.xdist_group(f"{service}-{item.path.stem}"))
     # The longest work first (a service's tests, one after another, then the tests that train), so that
     # no worker is left with a long group while the other has nothing to do.
     items.sort(
