@@ -15,19 +15,20 @@ INV = [sys.executable, "-m", "invoke"]
 
 
 def run_inv(
-    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None, process: bool = False
+    *args: str, cwd: Path = ROOT, timeout: float | None = None, env: dict | None = None, process: bool = False
 ) -> subprocess.CompletedProcess:
     """`inv ARGS` as a user's shell runs it: its exit code, stdout and stderr. In this process
     (tests/inprocess.py: a new Python costs seconds, most of a small check's time), or as a new process
-    with ``process`` (where a test stops, signals or waits on it, or tests a start: then ``timeout``)."""
-    if not process:
+    with ``process`` or a ``timeout`` (a command that builds, trains or waits on a cluster: only a process
+    can be stopped at a limit, and one that hangs fails its test rather than the suite)."""
+    if not process and timeout is None:
         return run_command(*args, cwd=cwd, env=env)
     return subprocess.run(
         [*INV, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=timeout or 600,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})},
     )
 
