@@ -46,10 +46,14 @@ reproduce: $(VENV)/.reproduce  ## rerun every recipe (RECIPE=name for one) at th
 images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
+# The suite on WORKERS cores (pytest-xdist; WORKERS=0 runs it in this process); a file's tests of one service
+# (the Docker engine, the Slurm cluster) in turn on one worker (--dist loadgroup, tests/conftest.py).
+WORKERS ?= 2
+
 test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks
 	$(BIN)/ruff format --check --quiet reprokit scripts tests tasks.py benchmarks
-	$(BIN)/pytest -q -ra $(ARGS)
+	$(BIN)/pytest -q -ra -n $(WORKERS) --dist loadgroup $(ARGS)
 
 lint: $(VENV)/.test  ## ruff's checks and formatting
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks

@@ -9,20 +9,60 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.inprocess import ROOT, run_command
+
 INV = [sys.executable, "-m", "invoke"]
 
 
 def run_inv(
-    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None
+    *args: str, cwd: Path = ROOT, timeout: float | None = None, env: dict | None = None, process: bool = False
 ) -> subprocess.CompletedProcess:
+    """`inv ARGS` as a user's shell runs it: its exit code, stdout and stderr. In this process
+    (tests/inprocess.py: a new Python costs seconds, most of a small check's time), or as a new process
+    with ``process`` or a ``timeout`` (a command that builds, trains or waits on a cluster: only a process
+    can be stopped at a limit, and one that hangs fails its test rather than the suite)."""
+    if not process and timeout is None:
+        return run_command(*args, cwd=cwd, env=env)
     return subprocess.run(
         [*INV, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=timeout or 600,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})},
+    )
+
+
+# What a training run records of the machine it ran on rather than of what it trained: the load watcher's
+# departure and a stall (each tested on its own, in test_machineload.py and test_stalls.py). On a shared
+# machine (CI beside other work) any run may record them; a test of what a run trained on asserts the rest.
+MACHINE_DEPARTURES = ("the machine was shared while the run measured", "the run stalled")
+
+
+def departures_of_the_run(summary: dict) -> list[dict]:
+    """A summary's departures less those a busy machine makes."""
+    return [d for d in summary["departures"] if not d["reason"].startswith(MACHINE_DEPARTURES)]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (make test), the tests of one service in one file run in turn on one worker:
+    they share the images, tags and containers they make (and the session's cpu image fixture), and the
+    two-node Slurm cluster's jobs would wait for each other's nodes. Files that build different images
+    (test_docker's cpu image, test_standins' vendor stand-ins) may build at the same time, as two users'
+    sessions do. Every worker collects the same order."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        for service in ("docker", "slurm"):
+            if item.get_closest_marker(service):
+                item.add_marker(pytest.mark.xdist_group(f"{service}-{item.path.stem}"))
+    # The longest work first (a service's tests, one after another, then the tests that train), so that
+    # no worker is left with a long group while the other has nothing to do.
+    items.sort(
+        key=lambda item: (
+            0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+        )
     )
 
 

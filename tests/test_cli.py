@@ -9,20 +9,36 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_inv
+from tests.inprocess import run_command
 
 CPU_DRY = ("--accelerator", "cpu", "--scale", "smoke", "--dry-run")
 
 
-@pytest.mark.parametrize("program", [("-m", "invoke"), ("-m", "reprokit")])
+@pytest.mark.parametrize("program", ["inv", "reprokit"])
 @pytest.mark.parametrize(
     "task", ["reproduce", "run", "show", "render", "report", "resume", "history", "compare", "preflight"]
 )
 def test_every_task_prints_its_help_in_both_commands(program, task):
-    result = subprocess.run(
-        [sys.executable, *program, task, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = run_command(task, "--help", program=program)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Usage: ") and f" {task} " in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("program", [("-m", "invoke"), ("-m", "reprokit")])
+def test_both_commands_start_as_a_new_process_and_print_a_tasks_help(program):
+    result = subprocess.run(
+        [sys.executable, *program, "reproduce", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: ") and " reproduce " in result.stdout.splitlines()[0]
+    assert (
+        result.stdout
+        == run_command("reproduce", "--help", program=program[1].replace("invoke", "inv")).stdout
+    )
 
 
 @pytest.mark.parametrize(

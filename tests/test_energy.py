@@ -197,6 +197,33 @@ def test_a_meters_summary_carries_the_energy_of_its_measured_window(tmp_path):
     assert summary["energy"]["source"] == "RAPL"
 
 
+class SetCounter(energy.Source):
+    """An energy counter that reads what the test sets, so a window's energy is known to the microjoule."""
+
+    name, has_counter, of, ranks = "set counter", True, "1 x test device", 1
+    joules = 0.0
+
+    def counter(self) -> float:
+        return self.joules
+
+    def sample(self) -> tuple[float | None, float | None]:
+        return None, None
+
+
+def test_the_summarys_samples_per_joule_and_mean_power_are_of_its_own_energy_joules():
+    source = SetCounter()
+    meter = EnergyMeter(source, world_size=1)
+    meter.mark(10.0, window_start=True)
+    source.joules = 480.0796  # finer than the summary's millijoules
+    meter.mark(10.8)
+    found = meter.summary(measured_samples=100)
+    # Dividing the figures the summary states gives back the ones derived from them (it divided the
+    # unrounded energy: 0.2082988 samples per joule beside 480.080 J, where 100 samples make 0.2082986).
+    assert found["energy_joules"] == 480.08
+    assert found["samples_per_joule"] == 100 / found["energy_joules"]
+    assert found["power_mean_w"] == round(found["energy_joules"] / 0.8, 2)
+
+
 # --- Gaudi (hl-smi) -------------------------------------------------------------------------------
 
 

@@ -9,8 +9,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -19,6 +17,7 @@ from tests import faultfs
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env, fake_recipe
 from tests.faultfs import needs_namespaces
+from tests.inprocess import run_command
 
 CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local")
 
@@ -29,12 +28,14 @@ def _session(results, recipe, *extra: str) -> str:
     return sorted(p.name for p in results.iterdir() if (p / "results.jsonl").exists())[-1]
 
 
-@pytest.fixture
-def two_sessions(tmp_path):
-    """The same recipe twice; the second's `fast` variant is 30% slower (a planted regression)."""
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def two_sessions_made(tmp_path_factory):
+    """The same recipe twice; the second's `fast` variant is 30% slower (a planted regression). Made once
+    for the module: each test takes a copy (two_sessions)."""
+    made = tmp_path_factory.mktemp("two-sessions")
+    results = made / "results"
     before = fake_recipe(
-        tmp_path / "a.yaml",
+        made / "a.yaml",
         [
             {"name": "base", "baseline": True, "args": {"fake_rate": 100}},
             {"name": "fast", "args": {"fake_rate": 200}},
@@ -42,13 +43,22 @@ def two_sessions(tmp_path):
     )
     first = _session(results, before)
     after = fake_recipe(
-        tmp_path / "b.yaml",
+        made / "b.yaml",
         [
             {"name": "base", "baseline": True, "args": {"fake_rate": 101}},
             {"name": "fast", "args": {"fake_rate": 140}},
         ],
     )
     second = _session(results, after)
+    return results, first, second
+
+
+@pytest.fixture
+def two_sessions(two_sessions_made, tmp_path):
+    """A copy of the two sessions' results folder, the test's own to change (a session deleted, an export)."""
+    made, first, second = two_sessions_made
+    results = tmp_path / "results"
+    shutil.copytree(made, results, symlinks=True)
     return results, first, second
 
 
@@ -81,10 +91,8 @@ def test_compare_gives_a_ratio_and_verdict_per_cell_and_what_changed(two_session
     # latest and previous name the two newest sessions.
     assert run_inv("compare", "--results", str(results)).stdout == compared.stdout
     # Two session folders need no results folder.
-    by_folder = subprocess.run(
-        [sys.executable, "-m", "reprokit", "compare", "-a", str(results / first), "-b", str(results / second)],
-        cwd=results.parent.parent, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    by_folder = run_command("compare", "-a", str(results / first), "-b", str(results / second),
+                            program="reprokit", cwd=results.parent.parent)  # fmt: skip
     assert by_folder.returncode == 0, by_folder.stderr
     assert "regressed" in by_folder.stdout
 
@@ -374,11 +382,8 @@ def test_a_sqlite_tracking_uri_keeps_its_artifacts_beside_it_not_where_the_comma
     store, elsewhere = tmp_path / "team-store", tmp_path / "elsewhere"
     store.mkdir()
     elsewhere.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "reprokit", "export-results", str(results / first), "--tracking-uri",
-         f"sqlite:///{store / 'mlflow.db'}"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_command("export-results", str(results / first), "--tracking-uri", f"sqlite:///{store / 'mlflow.db'}",
+                       program="reprokit", cwd=elsewhere)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert list(elsewhere.iterdir()) == []
     assert [p.name for p in (store / "mlartifacts").rglob("report.html")] == ["report.html"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, departures_of_the_run
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -129,6 +129,42 @@ def refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> st
     return errors[0]
 
 
+@pytest.fixture
+def refused_here(tmp_path, monkeypatch, capsys):
+    """What `refused` checks, with the trainer's main called in this process (importing the trainer is
+    most of a refusal's time in a new one): a SystemExit of one line naming the error (the interpreter
+    prints it last and exits 1), no other error said, nothing written. `refused` keeps the process test
+    of the one line without a traceback."""
+    import datasets.config
+    import huggingface_hub.constants
+    import transformers.utils.hub
+    import transformers.utils.logging
+
+    # Offline as a new process started with offline_env is: the libraries read these once, on import.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    # What main sets for its process, put back for the tests after.
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    verbosity = transformers.utils.logging.get_verbosity()
+
+    def run(*args: str) -> str:
+        with pytest.raises(SystemExit) as raised:
+            run_bridgetower.main(["--output_dir", str(tmp_path / "run"), *args])
+        line = raised.value.code
+        assert isinstance(line, str) and "\n" not in line and "error:" in line, line
+        said = capsys.readouterr()
+        assert "error:" not in said.err and "Traceback" not in said.err, said.err
+        assert not (tmp_path / "run" / "summary.json").exists()
+        return line
+
+    yield run
+    transformers.utils.logging.set_verbosity(verbosity)
+
+
 def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     _, run_dir = train(
         tmp_path,
@@ -144,7 +180,7 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert summary["samples_per_second"] == summary["throughput"]["after_warmup"]["value"] > 0
     assert summary["trainer_metrics"]["train_samples_per_second"] == summary["train_samples_per_second"] > 0
     # What ran other than the publication, and the switches in effect.
-    assert summary["departures"] == [
+    assert departures_of_the_run(summary) == [
         {"reason": "random weights", "kind": "quality"},
         {"reason": "offline tokenizer", "kind": "quality"},
         {"reason": "synthetic data", "kind": "throughput"},
@@ -466,28 +502,35 @@ def test_a_hub_gaudi_config_offline_and_not_cached_is_one_line(tmp_path, monkeyp
 
 
 @pytest.fixture
-def habana_stack_path(tmp_path):
-    """A Python path where `habana_frameworks.torch` imports (and nothing else of Habana's)."""
+def habana_stack_path(tmp_path, monkeypatch):
+    """This process's path with a folder where `habana_frameworks.torch` imports (and nothing else of
+    Habana's); what it imported is forgotten after the test."""
     fake = tmp_path / "fake-habana"
     (fake / "habana_frameworks" / "torch").mkdir(parents=True)
     (fake / "habana_frameworks" / "__init__.py").write_text("")
     (fake / "habana_frameworks" / "torch" / "__init__.py").write_text("")
-    return {"PYTHONPATH": f"{fake}{os.pathsep}{ROOT}"}
+    before = set(sys.modules)
+    monkeypatch.syspath_prepend(str(fake))
+    yield
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in ("habana_frameworks", "optimum"):
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize(
-    ("name", "env", "expected"),
+    ("name", "expected"),
     [
-        ("nope.json", {}, "--gaudi_config_name nope.json: no such file"),
-        ("Habana/clip", {}, "--gaudi_config_name Habana/clip: no local file of that name"),
+        ("nope.json", "--gaudi_config_name nope.json: no such file"),
+        ("Habana/clip", "--gaudi_config_name Habana/clip: no local file of that name"),
         # A config that loads gets as far as optimum-habana, which is not here.
-        ("gaudi_configs/clip.json", {}, "Habana's stack is here but optimum-habana does not import"),
+        ("gaudi_configs/clip.json", "Habana's stack is here but optimum-habana does not import"),
     ],
 )
 def test_where_habanas_stack_imports_the_gaudi_config_is_resolved_first_and_refused_in_one_line(
-    tmp_path, habana_stack_path, name, env, expected
+    habana_stack_path, refused_here, name, expected
 ):
-    line = refused(tmp_path, "--do_train", "--gaudi_config_name", name, env={**habana_stack_path, **env})
+    assert gaudi.habana_stack()
+    line = refused_here("--do_train", "--gaudi_config_name", name)
     assert line.startswith(f"run_bridgetower.py: error: {expected}")
 
 
@@ -495,8 +538,8 @@ def test_where_habanas_stack_imports_the_gaudi_config_is_resolved_first_and_refu
 # mediapipe: the example's HPU loader, or one line saying why not
 
 
-def test_mediapipe_off_gaudi_is_one_line(tmp_path):
-    line = refused(tmp_path, "--do_train", "--random_init", "--synthetic_data", "--mediapipe_dataloader")
+def test_mediapipe_off_gaudi_is_one_line(refused_here):
+    line = refused_here("--do_train", "--random_init", "--synthetic_data", "--mediapipe_dataloader")
     assert line.startswith(
         "run_bridgetower.py: error: --mediapipe_dataloader decodes the JPEGs on Gaudi's HPUs"
     )
@@ -764,16 +807,16 @@ def test_a_read_only_cache_is_used_as_given_through_a_writable_view(tmp_path, gi
         "hub",
         "hub",
     )
-    assert summary["departures"] == [] and summary["steps"] == 3
+    assert departures_of_the_run(summary) == [] and summary["steps"] == 3
     assert summary["cache_dir"] == str(given_cache)
     assert summary["cache_read_through"].startswith(str(run_dir / ".scratch"))
     assert sorted(str(p) for p in given_cache.rglob("*")) == before
 
 
-def test_a_given_cache_without_the_checkpoint_stops_in_one_line(tmp_path):
+def test_a_given_cache_without_the_checkpoint_stops_in_one_line(tmp_path, refused_here):
     empty = tmp_path / "empty-cache"
     empty.mkdir()
-    line = refused(tmp_path, "--cache_dir", str(empty), "--model_config_json", json.dumps(TINY), *CACHED_RUN)
+    line = refused_here("--cache_dir", str(empty), "--model_config_json", json.dumps(TINY), *CACHED_RUN)
     assert line.startswith(
         f"run_bridgetower.py: error: cannot load the checkpoint BridgeTower/bridgetower-large-itm-mlm-itc@main from --cache_dir {empty} ("
     )
@@ -782,11 +825,11 @@ def test_a_given_cache_without_the_checkpoint_stops_in_one_line(tmp_path):
     )
 
 
-def test_a_given_cache_without_the_dataset_stops_in_one_line_not_on_synthetic_data(tmp_path, given_cache):
+def test_a_given_cache_without_the_dataset_stops_in_one_line_not_on_synthetic_data(given_cache, refused_here):
     import shutil as sh
 
     sh.rmtree(given_cache / "jmhessel___newyorker_caption_contest")
-    line = refused(tmp_path, "--cache_dir", str(given_cache), *CACHED_RUN)
+    line = refused_here("--cache_dir", str(given_cache), *CACHED_RUN)
     assert line.startswith(
         "run_bridgetower.py: error: cannot load jmhessel/newyorker_caption_contest@3c6c4f6c0ff7e902833d3afa5f8f3875c2b036e6 "
         f"from --cache_dir {given_cache} ("

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, departures_of_the_run
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
@@ -487,7 +487,7 @@ def test_pretrain_then_finetune_at_a_higher_resolution(tmp_path):
     assert pretrain["token_label_size"] == 4 and pretrain["steps"] == 4
     # What the host judges by: the switches in effect, and why this run is not the publication's.
     assert pretrain["loader"] == "torch" and pretrain["torch_compile"] is False
-    assert pretrain["departures"] == [
+    assert departures_of_the_run(pretrain) == [
         {"reason": "synthetic data", "kind": "throughput"},
         {"reason": "synthetic token labels (no NFNet-F6 label maps given)", "kind": "throughput"},
     ]

@@ -492,10 +492,13 @@ class EnergyMeter:
                 **empty,
                 "energy": f"unavailable ({end.samples} power readings in a {seconds:.2f} s window: too few)",
             }
+        # One reading, rounded once: the samples per joule and the mean power are derived from the energy
+        # the summary states, so a reader dividing its figures gets its figures back.
+        joules = round(joules, 3) if joules is not None else None
         share = source.ranks / self.world_size if source.ranks else None
         per_joule = measured_samples * share / joules if joules and share else None
         return {
-            "energy_joules": round(joules, 3) if joules is not None else None,
+            "energy_joules": joules,
             "samples_per_joule": per_joule,
             "power_mean_w": round(joules / seconds, 2) if joules is not None and seconds > 0 else None,
             "power_peak_w": round(end.peak_w, 2) if end.peak_w is not None else None,
