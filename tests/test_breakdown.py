@@ -13,10 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import distributed, rundir, streams  # noqa: E402
-from reprokit_trainers.common.breakdown import DEVICE, HOST, Breakdown  # noqa: E402
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter  # noqa: E402
-from reprokit_trainers.common.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.measure.breakdown import DEVICE, HOST, Breakdown  # noqa: E402
+from reprokit_trainers.common.measure.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.process import distributed, streams  # noqa: E402
+from reprokit_trainers.common.record import rundir  # noqa: E402
+from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter  # noqa: E402
 
 
 @pytest.fixture
@@ -250,7 +251,7 @@ def test_the_trainers_one_rank_group_times_its_ddp_all_reduce(clock):
 
 
 def test_several_processes_without_ddp_say_their_communication_is_not_timed(monkeypatch):
-    from reprokit_trainers.common import breakdown
+    from reprokit_trainers.common.measure import breakdown
 
     monkeypatch.setattr(breakdown, "world_size", lambda: 8)
     found = Breakdown(events=None)

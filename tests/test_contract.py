@@ -17,7 +17,7 @@ CONTRACT = json.loads((ROOT / "scripts" / "reprokit_trainers" / "contract.json")
 
 
 def test_the_host_and_the_trainers_read_one_contract():
-    from reprokit_trainers.common import contract
+    from reprokit_trainers.common.record import contract
 
     assert trainers.contract() == CONTRACT == contract.CONTRACT
     assert records.SCHEMA_VERSION == contract.SCHEMA_VERSION == CONTRACT["schema_version"]
@@ -32,7 +32,7 @@ def test_every_summary_field_the_host_reads_is_in_the_contract():
 
 
 def test_a_trainers_summary_holds_only_contract_fields_besides_its_own_switches(tmp_path):
-    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
 
     meter = ThroughputMeter(warmup_steps=1, total_steps=2)
     meter.step_end(4, boundary=True)

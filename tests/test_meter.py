@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from reprokit_trainers.common import precision, rundir, streams
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.process import precision, streams
+from reprokit_trainers.common.record import rundir
+from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ def test_summary_holds_each_definition_departures_and_switches_and_the_csv_its_t
 
 def test_tf32_is_turned_off_over_ngc_override_and_the_state_recorded():
     code = (
-        "from reprokit_trainers.common import precision; import json; "
+        "from reprokit_trainers.common.process import precision; import json; "
         "print(json.dumps(precision.set_tf32(False)))"
     )
     env = {**os.environ, "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from reprokit_trainers.common import rundir
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.record import rundir
+from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_a_stall_that_costs_under_one_percent_of_the_window_is_recorded_without_
 
 SCRIPT = """
 import sys, time
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
 run_dir, meter = RunDir(sys.argv[1]), ThroughputMeter(warmup_steps=2, total_steps=120)
 for step in range(1, 121):
     time.sleep(0.03)

@@ -24,13 +24,13 @@ pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
 from reprokit_trainers.bridgetower import gaudi, run_bridgetower, throughput  # noqa: E402
-from reprokit_trainers.common.rundir import ThroughputMeter  # noqa: E402
-from reprokit_trainers.common.synthetic import (  # noqa: E402
+from reprokit_trainers.common.data.synthetic import (  # noqa: E402
     CARTOON_HEIGHTS,
     CARTOON_WIDTHS,
     cartoon_jpeg_bytes,
     sample_sizes,
 )
+from reprokit_trainers.common.record.rundir import ThroughputMeter  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -810,7 +810,7 @@ def test_tf32_is_set_over_ngcs_override_and_recorded(tmp_path):
 def test_the_bare_tf32_flag_the_host_writes_is_the_trainers_to_set_even_off_a_gpu():
     """The cuda cells' `tf32: true` renders as a bare --tf32; TrainingArguments' own wants a value and
     refuses true off an Ampere GPU, so the trainer takes it and sets it itself (a CPU dry run parses)."""
-    from reprokit_trainers.common.args import take_bool_flag
+    from reprokit_trainers.common.process.args import take_bool_flag
 
     assert take_bool_flag(["--tf32", "--do_train"], "tf32") == (["--do_train"], True)
     assert take_bool_flag(["--x", "1", "--tf32"], "tf32") == (["--x", "1"], True)
@@ -828,7 +828,7 @@ def test_where_the_hub_does_not_answer_loaders_read_the_cache_at_once(tmp_path, 
     are read from the cache alone, and what is not there is said at once."""
     import time
 
-    from reprokit_trainers.common import hub
+    from reprokit_trainers.common.data import hub
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard: nothing listens
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

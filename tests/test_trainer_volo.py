@@ -18,7 +18,7 @@ pytest.importorskip("timm")
 
 from PIL import Image  # noqa: E402
 
-from reprokit_trainers.common import imagenet  # noqa: E402
+from reprokit_trainers.common.data import imagenet  # noqa: E402
 from reprokit_trainers.volo import run_volo, tokenlabel  # noqa: E402
 from reprokit_trainers.volo.tokenlabel import TokenTargets  # noqa: E402
 
@@ -337,7 +337,7 @@ def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) 
 
 
 def photo(seed: int = 0) -> np.ndarray:
-    from reprokit_trainers.common.synthetic import jpeg_bytes
+    from reprokit_trainers.common.data.synthetic import jpeg_bytes
 
     data = jpeg_bytes(150, 110, np.random.default_rng(seed))
     return np.asarray(Image.open(__import__("io").BytesIO(data)).convert("RGB"))
@@ -639,7 +639,7 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
 
 
 def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_path):
-    from reprokit_trainers.common.synthetic import jpeg_bytes
+    from reprokit_trainers.common.data.synthetic import jpeg_bytes
 
     rng = np.random.default_rng(0)
     for wnid in ("n01440764", "n01443537"):

@@ -123,7 +123,7 @@ def test_importing_the_trainers_loads_no_host_module():
 
 def test_the_device_peak_is_the_given_one_or_the_datasheets():
     torch = pytest.importorskip("torch")
-    from reprokit_trainers.common import flops
+    from reprokit_trainers.common.measure import flops
 
     assert flops.device_peak_tflops(400.0) == 400.0
     if not torch.cuda.is_available():
@@ -184,7 +184,7 @@ def test_each_trainer_runs_as_a_module_and_reports_mfu_against_the_given_peak(tm
 def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monkeypatch):
     """An fp32 rung against the bf16 tensor-core peak would read 16x (TF32) to 50x (plain fp32) too low."""
     torch = pytest.importorskip("torch")
-    from reprokit_trainers.common import flops
+    from reprokit_trainers.common.measure import flops
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from reprokit_trainers.common.contract import SCHEMA_VERSION
+from reprokit_trainers.common.record.contract import SCHEMA_VERSION
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
@@ -48,7 +48,7 @@ def write_events(folder: Path, rows: list[dict]) -> None:
 
 
 def explain(out: Path, args: argparse.Namespace) -> dict:
-    """summary.json's explaining fields as the real trainers write them (common/breakdown.py, energy.py,
+    """summary.json's explaining fields as the real trainers write them (common/measure/breakdown.py, energy.py,
     profiling.py), from the --fake_* values; with --profile, a Chrome trace of the schedule's steps."""
     fields: dict = {"energy": "unavailable (fake trainer: no energy source)"}
     if args.fake_data_wait is not None:

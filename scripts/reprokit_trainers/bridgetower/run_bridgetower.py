@@ -57,16 +57,8 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import caches, flops, hub, loop, software
-from reprokit_trainers.common.args import (
-    MfuArguments,
-    config_error,
-    one_line_errors,
-    parse_command_line,
-    take_bool_flag,
-)
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.synthetic import (
+from reprokit_trainers.common.data import caches, hub
+from reprokit_trainers.common.data.synthetic import (
     CARTOON_HEIGHTS,
     CARTOON_WIDTHS,
     VOCABULARY,
@@ -74,6 +66,17 @@ from reprokit_trainers.common.synthetic import (
     cartoon_jpeg_bytes,
     sample_sizes,
 )
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.process.args import (
+    MfuArguments,
+    config_error,
+    one_line_errors,
+    parse_command_line,
+    take_bool_flag,
+)
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
 from . import gaudi
 from .fastimage import (
@@ -176,13 +179,13 @@ class DataTrainingArguments:
     synthetic_image_width: list[int] = field(
         default_factory=lambda: list(CARTOON_WIDTHS),
         metadata={
-            "help": "MIN MAX width of the synthetic JPEGs (default: the cartoons', common/synthetic.py)"
+            "help": "MIN MAX width of the synthetic JPEGs (default: the cartoons', common/data/synthetic.py)"
         },
     )
     synthetic_image_height: list[int] = field(
         default_factory=lambda: list(CARTOON_HEIGHTS),
         metadata={
-            "help": "MIN MAX height of the synthetic JPEGs (default: an assumed range, common/synthetic.py)"
+            "help": "MIN MAX height of the synthetic JPEGs (default: an assumed range, common/data/synthetic.py)"
         },
     )
     synthetic_caption_words: list[int] = field(
@@ -428,7 +431,7 @@ class Sources:
 
 def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments, scratch: Path) -> Sources:
     """--cache_dir, or the hub cache when none was given, made usable where it is read-only (a writable
-    view: common/caches.py); what the user gave is recorded as given."""
+    view: common/data/caches.py); what the user gave is recorded as given."""
     given = model_args.cache_dir
     if given:
         folder, view = caches.writable(given, scratch, "--cache_dir")
@@ -1049,7 +1052,7 @@ def watch_attention(
 def software_in_effect(
     trainer: Trainer, watches: dict[str, software.FirstCallWatch], switches: dict[str, Any], why_unread: str
 ) -> dict[str, str | None]:
-    """summary.json's software block, read back from what ran (common/software.py): the attention
+    """summary.json's software block, read back from what ran (common/record/software.py): the attention
     kernels and the mixed precision of the first forward, the optimizer the Trainer built, how
     gradients were reduced, TF32 as torch has it, and the image path in effect."""
     attention = mixed = f"not read ({why_unread})"
@@ -1106,8 +1109,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     mediapipe = data_args.mediapipe_dataloader  # parse_args has checked it can run
     setup_logging(training_args)
     # --tf32 as asked, NGC's cuBLAS override included, read back, before anything asks cuBLAS about it.
-    tf32 = loop.set_tf32(PROG, platform.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, platform.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)

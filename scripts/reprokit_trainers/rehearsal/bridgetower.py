@@ -15,7 +15,8 @@ from typing import Any
 
 from reprokit_trainers.bridgetower import run_bridgetower as trainer
 from reprokit_trainers.bridgetower.throughput import StepSamples
-from reprokit_trainers.common import loop, software
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.record import software
 
 from .fakedevice import FakeDevice, estimate
 from .plan import Prepared, economy_note
@@ -42,7 +43,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     trainer.logger.setLevel(
         logging.ERROR
     )  # its offline fallbacks, said once per cell, are the rehearsal's plan
-    loop.set_tf32(trainer.PROG, platform.tf32)
+    lifecycle.set_tf32(trainer.PROG, platform.tf32)
     ran = [f"arguments: {trainer.PROG}'s parser (TrainingArguments included)"]
     notes = []
     # The rows a rehearsal needs: one batch; the Trainer's loader with at most `workers_cap` workers.

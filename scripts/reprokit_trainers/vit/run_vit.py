@@ -23,7 +23,7 @@ weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugm
 crop with a flip, PCA lighting noise. Not modeled (device-side, small next to a ViT step):
 MixUp/CutMix, the EMA copy of the weights.
 
-summary.json's ``software`` says what ran, read back (common/software.py): the attention kernels
+summary.json's ``software`` says what ran, read back (common/record/software.py): the attention kernels
 dispatched, the optimizer's implementation, the gradient reduction, TF32, the mixed precision and the
 data path; the host holds a published rung to its publication's.
 
@@ -57,11 +57,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from reprokit_trainers.common import flops, imagenet, loop, software
-from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
-from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.steps import StepLogger
+from reprokit_trainers.common.data import imagenet
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.steps import StepLogger
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.distributed import accelerator_device, init_process_group, log
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
 from . import pycls_data
 from .model import ViT, vit_config
@@ -507,12 +510,14 @@ def train(
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
-    loop.quiet_notices(".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*")
+    lifecycle.quiet_notices(
+        ".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*"
+    )
     model_args, data_args, train_args, device_args = parse_args(argv)
     # Before anything asks cuBLAS whether it may use TF32 (the published rungs: on, as torch <= 1.11
     # had it by default in 2022; the recipe's assumptions give the sources).
-    tf32 = loop.set_tf32(PROG, device_args.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, device_args.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -596,7 +601,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     }
 
     # 7. Write the summary, last
-    return loop.finish(
+    return lifecycle.finish(
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,

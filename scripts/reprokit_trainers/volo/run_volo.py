@@ -24,7 +24,7 @@ schedule (warmup and cooldown in epochs), the model's training forward returns (
 logits, MixToken box) that the loss consumes together, and batches are finished on the device
 (normalize, random erasing, RoIAlign of the label maps) between the loader and the model. Each of
 these would be an override of Trainer internals; the loop below is shorter than those overrides.
-Logging goes through the trainers' common step logger (``common/steps.py``).
+Logging goes through the trainers' common step logger (``common/measure/steps.py``).
 """
 
 from __future__ import annotations
@@ -41,17 +41,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet, loop, prefetch, randaugment, software, streams
-from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
-from reprokit_trainers.common.distributed import (
+from reprokit_trainers.common.data import imagenet, prefetch, randaugment
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.steps import StepLogger
+from reprokit_trainers.common.process import lifecycle, streams
+from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     init_process_group,
     is_main_process,
     log,
     reduce_mean,
 )
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.steps import StepLogger
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
 from . import tokenlabel
 
@@ -816,10 +819,10 @@ def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments; set TF32 before anything asks cuBLAS whether it may use it
-    loop.quiet_notices()
+    lifecycle.quiet_notices()
     model_args, data_args, train_args, device_args = parse_args(argv)
-    tf32 = loop.set_tf32(PROG, device_args.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, device_args.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Join the process group: torchrun's, or alone a 1-rank group, so that DDP wraps the model and
     # runs its all-reduce schedule as on 8 devices
@@ -884,7 +887,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     )
 
     # 8. Write the summary, last
-    return loop.finish(
+    return lifecycle.finish(
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,

@@ -1,4 +1,4 @@
-"""The container side of the run-directory contract (reprokit_trainers/contract.json, common/contract.py).
+"""The container side of the run-directory contract (reprokit_trainers/contract.json, common/record/contract.py).
 
 Every trainer in this package writes its results through this module so that the host side
 (`reprokit`) can read any run the same way:
@@ -39,15 +39,23 @@ from typing import Any
 
 import torch
 
-from . import devicememory, hardware, streams, tbextra
-from .breakdown import Breakdown
-from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
-from .distributed import is_main_process, world_size
-from .energy import EnergyMeter
-from .machineload import LoadWatch
-from .mllog import END, START, MlLog, wall_ms
-from .profiling import StepProfiler
-from .stalls import StallWatch
+from reprokit_trainers.common.measure import devicememory
+from reprokit_trainers.common.measure.breakdown import Breakdown
+from reprokit_trainers.common.measure.energy import EnergyMeter
+from reprokit_trainers.common.measure.machineload import LoadWatch
+from reprokit_trainers.common.measure.profiling import StepProfiler
+from reprokit_trainers.common.measure.stalls import StallWatch
+from reprokit_trainers.common.process import streams
+from reprokit_trainers.common.process.distributed import is_main_process, world_size
+from reprokit_trainers.common.record import hardware, tbextra
+from reprokit_trainers.common.record.contract import (
+    FILES,
+    QUALITY,
+    SCHEMA_VERSION,
+    THROUGHPUT,
+    THROUGHPUT_FIELDS,
+)
+from reprokit_trainers.common.record.mllog import END, START, MlLog, wall_ms
 
 
 def now_iso() -> str:
