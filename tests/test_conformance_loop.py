@@ -43,6 +43,7 @@ STEPS, LOGGING = 4, 2
 # The kit's measurement, not its loop: what these modules do is the meter's.
 METER = (
     "reprokit_trainers.common.record.rundir",
+    "reprokit_trainers.common.measure.meter",
     "reprokit_trainers.common.measure.steps",
     "reprokit_trainers.common.measure.breakdown",
     "reprokit_trainers.common.measure.energy",

@@ -32,7 +32,8 @@ def test_every_summary_field_the_host_reads_is_in_the_contract():
 
 
 def test_a_trainers_summary_holds_only_contract_fields_besides_its_own_switches(tmp_path):
-    from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir
 
     meter = ThroughputMeter(warmup_steps=1, total_steps=2)
     meter.step_end(4, boundary=True)

@@ -455,7 +455,8 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
     each boundary of the meter and its largest goes to summary.json; a process NVML does not list (a
     container's PID namespace) falls back to the device's used memory, and says so."""
     from reprokit_trainers.common.measure import devicememory
-    from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir
 
     readings = iter([3, 9, 5])  # GiB the driver gave this process at three boundaries
     nvml = fake_pynvml(H100)
@@ -487,7 +488,8 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
 
 def test_without_cuda_the_nvml_peak_is_left_unknown(tmp_path):
     pytest.importorskip("torch")
-    from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir
 
     meter = ThroughputMeter(warmup_steps=0, total_steps=1)
     meter.step_end(1, boundary=True)

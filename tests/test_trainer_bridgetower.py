@@ -30,7 +30,7 @@ from reprokit_trainers.common.data.synthetic import (  # noqa: E402
     cartoon_jpeg_bytes,
     sample_sizes,
 )
-from reprokit_trainers.common.record.rundir import ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from reprokit_trainers.common.measure.meter import ThroughputMeter
 from reprokit_trainers.common.measure.steps import instruments
-from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 class StepSamples:

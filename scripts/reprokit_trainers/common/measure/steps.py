@@ -20,6 +20,7 @@ import torch
 
 from reprokit_trainers.common.measure import profiling
 from reprokit_trainers.common.measure.energy import EnergyMeter, local_ranks
+from reprokit_trainers.common.measure.meter import ThroughputMeter
 from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     global_rank,
@@ -28,7 +29,7 @@ from reprokit_trainers.common.process.distributed import (
     reduce_mean,
     world_size,
 )
-from reprokit_trainers.common.record.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 class StepLogger:
