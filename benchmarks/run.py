@@ -207,18 +207,18 @@ def model_flops() -> list[dict]:
 
     import yaml
 
-    from reprokit_trainers.bridgetower import run_bridgetower
+    from reprokit_trainers.bridgetower import offline, record
     from reprokit_trainers.common.measure import flops
     from reprokit_trainers.vit import run_vit
     from reprokit_trainers.volo import run_volo
 
     # The recipe's large architecture, captions padded to 128 tokens as the trainer does.
     recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
-    bridgetower = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
+    bridgetower = offline.build_config(json.dumps(recipe["model"]["architecture"]))
     published = [
         (
             "BridgeTower-large, 294 px + 128 tokens",
-            run_bridgetower.flops_per_sample(bridgetower, 128),
+            record.flops_per_sample(bridgetower, 128),
             "H100",
             602.1,
             8,

@@ -19,7 +19,7 @@ pytest.importorskip("timm")
 from PIL import Image  # noqa: E402
 
 from reprokit_trainers.common.data import imagenet  # noqa: E402
-from reprokit_trainers.volo import run_volo, tokenlabel  # noqa: E402
+from reprokit_trainers.volo import record, run_volo, tokenlabel  # noqa: E402
 from reprokit_trainers.volo.tokenlabel import TokenTargets  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -293,17 +293,17 @@ def test_the_published_policy_posterizes_to_black_at_magnitude_ten():
 
 def test_a_finetune_from_the_kits_short_pretraining_is_a_departure():
     short = {"steps": 500, "schedule_completed": False, "data": "imagenet-folder"}
-    assert run_volo.pretraining_departure(short) == (
+    assert record.pretraining_departure(short) == (
         "finetuned from weights pretrained for 500 steps, not the published pretrained weights"
     )
     synthetic = {"steps": 10, "schedule_completed": True, "data": "synthetic"}
-    assert "on synthetic data" in run_volo.pretraining_departure(synthetic)
+    assert "on synthetic data" in record.pretraining_departure(synthetic)
     # A full pretraining on ImageNet, or weights from elsewhere (sail-sg/volo's release): as published.
     assert (
-        run_volo.pretraining_departure({"steps": 9, "schedule_completed": True, "data": "imagenet-folder"})
+        record.pretraining_departure({"steps": 9, "schedule_completed": True, "data": "imagenet-folder"})
         is None
     )
-    assert run_volo.pretraining_departure(None) is None
+    assert record.pretraining_departure(None) is None
 
 
 def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) -> dict:

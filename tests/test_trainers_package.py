@@ -8,6 +8,7 @@ import ast
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,34 @@ def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_comman
                 f"{name}/README.md lacks the published command of {entry['source']} ({entry.get('version')}) "
                 "as the recipe holds it"
             )
+
+
+MAIN_LINES = 150  # a main a reader takes in at once, as transformers' examples and nanoGPT's train.py
+
+
+def test_each_trainers_main_is_at_most_150_lines_of_numbered_steps():
+    # Every trainer: a folder with its argument schema (the host's view of a trainer) and its script.
+    trainers = sorted(p.parent.name for p in PACKAGE.glob("*/arguments.json"))
+    assert set(RECIPES) <= set(trainers)
+    for name in trainers:
+        script = PACKAGE / name / f"run_{name}.py"
+        (main,) = [
+            node
+            for node in ast.parse(script.read_text()).body
+            if isinstance(node, ast.FunctionDef) and node.name == "main"
+        ]
+        span = main.end_lineno - main.lineno + 1
+        assert span <= MAIN_LINES, (
+            f"{script.relative_to(ROOT)}: main is {span} lines (at most {MAIN_LINES}): move what records the run "
+            "to its record.py, what stands in offline to its own module"
+        )
+        steps = [
+            int(n)
+            for n in re.findall(r"^    # (\d+)\. ", ast.get_source_segment(script.read_text(), main), re.M)
+        ]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5, (
+            f"{name}: main's steps are {steps}"
+        )
 
 
 def test_no_module_edits_sys_path():

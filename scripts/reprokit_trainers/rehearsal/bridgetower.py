@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from reprokit_trainers.bridgetower import offline
 from reprokit_trainers.bridgetower import run_bridgetower as trainer
 from reprokit_trainers.bridgetower.throughput import StepSamples
 from reprokit_trainers.common.process import lifecycle
@@ -63,7 +64,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     notes.append(economy_note(economy))
     os.environ["HF_DATASETS_CACHE"] = str(scratch / "datasets")
     tokenizer, _ = trainer.load_tokenizer(model_args, trainer.Sources(cache_only=True))
-    config = trainer.build_config(model_args.model_config_json or "{}")
+    config = offline.build_config(model_args.model_config_json or "{}")
     image_size = config.vision_config.image_size
     splits, source, _ = trainer.load_splits(
         model_args,

@@ -64,9 +64,9 @@ from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
 from reprokit_trainers.common.process.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.record import software
-from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
+from reprokit_trainers.common.record.rundir import RunDir
 
-from . import pycls_data
+from . import pycls_data, record
 from .model import ViT, vit_config
 
 PROG = "run_vit.py"  # the name errors and sysinfo.json give
@@ -551,13 +551,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer=PROG, precision=tf32)
-    if data_info["data"] == "synthetic":
-        run_dir.depart("synthetic data", THROUGHPUT)
-    eps = optimizer.defaults.get("eps")
-    if eps is not None and eps != train_args.adam_epsilon:
-        run_dir.depart(
-            f"AdamW eps {eps:g} instead of {train_args.adam_epsilon:g} (fp16 arithmetic, not fused)", QUALITY
-        )
+    record.departures(run_dir, data_info, optimizer, train_args)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     rung = (
@@ -590,48 +584,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             model, optimizer, scaler, loader, train_args, prec, device, logger, seen, model_args.num_classes
         )
     logger.close()
-    # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
-    ran = {
-        "attention": attention,
-        "optimizer": software.optimizer(optimizer),
-        "ddp": software.ddp(model),
-        "tf32": software.tf32(device.type),
-        "host_sync": software.EVERY_STEP if train_args.host_sync == "every_step" else software.LOGGING_STEPS,
-        **seen,
-    }
+    ran = record.software_in_effect(attention, optimizer, model, device, train_args, seen)
 
     # 7. Write the summary, last
-    return lifecycle.finish(
+    return record.write_summary(
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
-        flops.matmul_precision(seen.get("mixed_precision") or prec.mode, tf32["tf32_matmul"]),
-        model=model_args.model_name_or_path,
-        model_size=size,
-        parameters=parameters,
-        img_size=model_args.img_size,
-        classifier=model_args.classifier,
-        layout=model_args.layout,
-        attention=model_args.attention,
-        input_pipeline=data_args.input_pipeline,
-        software=ran,
-        amp=prec.mode,
-        optimizer=train_args.optimizer,
-        optimizer_impl=train_args.optimizer_impl,
-        optimizer_eps=optimizer.defaults.get("eps"),
-        sharding=train_args.sharding,
-        compile=train_args.compile,
-        # The switches the host compares with what the cell asked (reprokit/results/verdicts.py).
-        torch_compile=train_args.compile,
-        loader="torch",
-        tf32=tf32["tf32_matmul"],
-        precision=tf32,
-        process_group_backend=dist.get_backend(),
-        per_device_train_batch_size=per_device,
-        global_batch_size=global_batch,
-        dataloader_num_workers=data_args.dataloader_num_workers,
-        steps_per_epoch=len(loader),
-        **data_info,
+        prec,
+        tf32,
+        ran,
+        size,
+        parameters,
+        global_batch,
+        optimizer,
+        loader,
+        data_info,
     )
 
 
