@@ -8,7 +8,10 @@ Every trainer in this package writes its results through this module so that the
   ``energy/*``, and the run's hyperparameters and software for TensorBoard's HParams dashboard);
 - ``mlperf.log``: MLPerf's ``:::MLLOG`` lines (mllog.py);
 - ``sysinfo.json``: device, driver, framework versions, image id;
-- ``summary.json``: written last and atomically; its presence means the run completed.
+- ``summary.json``: written last and atomically; its presence means the run completed. Its fields
+  are checked against summary.schema.json first (summaryschema.py), the schema the host reads it
+  with: a field the schema does not declare, or of another type, ends the run in one line naming it,
+  and what the run measured is kept in ``summary.rejected.json``.
 
 Only the process of global rank 0 writes. Throughput is global (all ranks). summary.json holds
 each definition the trainer can measure under ``throughput`` (the contract's ``definitions``:
@@ -41,7 +44,7 @@ from reprokit_trainers.common.measure import devicememory
 from reprokit_trainers.common.measure.machineload import LoadWatch
 from reprokit_trainers.common.measure.meter import ThroughputMeter, peak_memory
 from reprokit_trainers.common.process.distributed import is_main_process, world_size
-from reprokit_trainers.common.record import hardware, tbextra
+from reprokit_trainers.common.record import hardware, summaryschema, tbextra
 from reprokit_trainers.common.record.contract import (
     FILES,
     QUALITY,
@@ -50,6 +53,24 @@ from reprokit_trainers.common.record.contract import (
     THROUGHPUT_FIELDS,
 )
 from reprokit_trainers.common.record.mllog import END, START, MlLog, wall_ms
+
+# summary.json's fields, typed (reprokit_trainers/summary.schema.json): what write_summary checks.
+SUMMARY_SCHEMA: dict[str, Any] = summaryschema.load()
+
+
+class SummaryRejected(SystemExit):
+    """A summary the schema refuses: the kit's own mistake (a field not declared, or of another type),
+    never the user's. The run ends in this one line, naming the file and the field."""
+
+
+def check_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as summary.json will hold it (write_json_atomic's JSON), checked against the schema
+    the host reads it with; SummaryRejected naming the first field it refuses."""
+    written = json.loads(json.dumps(summary, default=str))
+    wrong = summaryschema.problem(written, SUMMARY_SCHEMA)
+    if wrong:
+        raise SummaryRejected(f"{FILES['summary']}: {wrong}")
+    return written
 
 
 def now_iso() -> str:
@@ -353,6 +374,15 @@ class RunDir:
             **meter.explained(self.path),
         }
         summary.update(extra)
+        try:
+            check_summary(summary)
+        except SummaryRejected as rejected:
+            # Nothing measured is lost: what the run measured is kept beside, under another name, and the
+            # host records the run as failed with this line (a summary.json is a complete run).
+            write_json_atomic(self.path / FILES["summary_rejected"], summary)
+            raise SummaryRejected(
+                f"{rejected}; not written: what the run measured is in {FILES['summary_rejected']}"
+            ) from None
         tb = self._tensorboard()
         if tb is not None:
             # The run's hyperparameters (the cell's arguments, the software that ran) beside its figures,
