@@ -75,6 +75,13 @@ def test_the_schema_declares_every_field_and_the_validator_reads_it_as_jsonschem
     assert summaryschema.problems(written, SCHEMA) == [] and summaryschema.problems(failed, SCHEMA) == []
 
 
+def test_a_hostile_field_name_is_shown_on_one_line_that_moves_no_terminal(written):
+    hostile = {**written, "x\n\x1b[2Jy" + "z" * 200: 1}
+    (reason,) = summaryschema.problems(hostile, SCHEMA)
+    assert "\n" not in reason and "\x1b" not in reason and len(reason) < 120
+    assert reason.startswith("field `x\\n\\u001b[2Jy")
+
+
 def test_a_schema_keyword_the_validator_does_not_read_is_refused_not_ignored():
     with pytest.raises(summaryschema.SchemaError, match="pattern"):
         summaryschema.problems({"unit": "x"}, {"properties": {"unit": {"type": "string", "pattern": "^img"}}})

@@ -80,6 +80,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def _name(key: str) -> str:
+    """A field's name as a reason shows it: control characters escaped (a hand-edited or hostile file's
+    key stays on one line and moves no terminal), long ones cut."""
+    text = json.dumps(str(key))[1:-1]
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
 def _field(path: str) -> str:
     return f"field `{path}`" if path else "the summary"
 
@@ -135,16 +142,17 @@ def _check(value: Any, schema: Any, root: dict[str, Any], path: str, found: list
 
 def _check_object(value: dict[str, Any], schema: dict[str, Any], root: dict[str, Any], path: str,
                   found: list[str]) -> None:  # fmt: skip
-    where = f"{path}." if path else ""
+    where = f"{path}." if path else ""  # path: names already shown safe
     for name in schema.get("required", []):
         if name not in value:
-            found.append(f"required field `{where}{name}` is missing")
+            found.append(f"required field `{where}{_name(name)}` is missing")
     properties = schema.get("properties", {})
     extra = schema.get("additionalProperties", True)
     for name, item in value.items():
+        shown = f"{where}{_name(name)}"
         if name in properties:
-            _check(item, properties[name], root, f"{where}{name}", found)
+            _check(item, properties[name], root, shown, found)
         elif extra is False:
-            found.append(f"field `{where}{name}` is not declared in {SCHEMA_FILE}")
+            found.append(f"field `{shown}` is not declared in {SCHEMA_FILE}")
         elif extra is not True:
-            _check(item, extra, root, f"{where}{name}", found)
+            _check(item, extra, root, shown, found)
