@@ -97,10 +97,10 @@ def _counted(model: str, *key: Any) -> float:
     """One count per distinct model, by the trainer's own function: the ladder's rungs and the
     loader variants share theirs."""
     if model == "bridgetower":
-        from reprokit_trainers.bridgetower import run_bridgetower
+        from reprokit_trainers.bridgetower import offline, record
 
         (architecture,) = key
-        return run_bridgetower.flops_per_sample(run_bridgetower.build_config(architecture))
+        return record.flops_per_sample(offline.build_config(architecture))
     if model == "volo":
         from reprokit_trainers.volo import run_volo
 

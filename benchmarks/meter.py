@@ -59,8 +59,8 @@ def _step(model, optimizer, batch):
 
 
 def _logger(folder: Path, warmup: int):
-    from reprokit_trainers.common.rundir import RunDir
-    from reprokit_trainers.common.steps import StepLogger
+    from reprokit_trainers.common.measure.steps import StepLogger
+    from reprokit_trainers.common.record.rundir import RunDir
 
     return StepLogger(RunDir(folder), warmup_steps=warmup, global_batch=BATCH, logging_steps=LOGGING)
 

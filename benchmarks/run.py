@@ -5,7 +5,7 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 - the BridgeTower data path, JPEG bytes -> model-ready tensors, per core (one thread, no
   workers) and with N loader workers, for the published script's path, transformers'
   BridgeTowerImageProcessor, and the kit's paths, on the trainer's synthetic cartoons (the New
-  Yorker cartoons' sizes and bytes, common/synthetic.py), each with its largest difference from
+  Yorker cartoons' sizes and bytes, common/data/synthetic.py), each with its largest difference from
   the published output;
 - the kit's own overhead: `inv reproduce --dry-run` over all recipes and the import time of
   `reprokit` (which must not import torch);
@@ -47,7 +47,7 @@ def _images(count: int, seed: int = 0) -> list[bytes]:
     that states them."""
     import numpy as np
 
-    from reprokit_trainers.common.synthetic import (
+    from reprokit_trainers.common.data.synthetic import (
         CARTOON_HEIGHTS,
         CARTOON_WIDTHS,
         cartoon_jpeg_bytes,
@@ -207,18 +207,18 @@ def model_flops() -> list[dict]:
 
     import yaml
 
-    from reprokit_trainers.bridgetower import run_bridgetower
-    from reprokit_trainers.common import flops
+    from reprokit_trainers.bridgetower import offline, record
+    from reprokit_trainers.common.measure import flops
     from reprokit_trainers.vit import run_vit
     from reprokit_trainers.volo import run_volo
 
     # The recipe's large architecture, captions padded to 128 tokens as the trainer does.
     recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
-    bridgetower = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
+    bridgetower = offline.build_config(json.dumps(recipe["model"]["architecture"]))
     published = [
         (
             "BridgeTower-large, 294 px + 128 tokens",
-            run_bridgetower.flops_per_sample(bridgetower, 128),
+            record.flops_per_sample(bridgetower, 128),
             "H100",
             602.1,
             8,

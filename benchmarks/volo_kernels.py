@@ -49,7 +49,7 @@ def adamw(impl: str, repeats: int) -> tuple[str, int, float]:
     """(the optimizer as recorded, tensors, ms of one step) over VOLO-D1's parameters."""
     from timm.models.volo import VOLO
 
-    from reprokit_trainers.common import software
+    from reprokit_trainers.common.record import software
     from reprokit_trainers.volo import run_volo
 
     model = VOLO(img_size=224, num_classes=1000, **run_volo.ARCHITECTURES["volo_d1"])

@@ -1,6 +1,7 @@
 """The trainers package (reprokit_trainers) as the host knows it: where it lives on this machine (to
 run it or to put it into an image; the host never imports it: the trainers import torch), and the
-run-directory contract it owns (reprokit_trainers/contract.json), which the host loads."""
+run-directory contract it owns (reprokit_trainers/contract.json, and summary.schema.json beside it, with
+the check both sides type a summary with), which the host loads."""
 
 from __future__ import annotations
 
@@ -32,6 +33,31 @@ def search_path() -> str:
     kit = str(package_dir().parent)
     given = os.environ.get("REPROKIT_TRAINERS_PATH")
     return f"{given}{os.pathsep}{kit}" if given else kit
+
+
+@cache
+def _summary_checker() -> Any:
+    """The trainers' own stdlib-only check of a summary (reprokit_trainers/common/record/summaryschema.py),
+    loaded from its file: one implementation on both sides, and nothing of the trainers' package (which
+    imports torch) runs on the host."""
+    path = package_dir() / "common" / "record" / "summaryschema.py"
+    spec = importlib.util.spec_from_file_location("reprokit_summary_schema", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def summary_schema() -> dict[str, Any]:
+    """summary.json's fields, typed (the contract's summary_schema, which the trainers own)."""
+    return json.loads((package_dir() / contract()["summary_schema"]).read_text())
+
+
+def summary_problem(summary: Any) -> str | None:
+    """What is wrong with a summary.json under the schema, in one line naming the field; None when it
+    conforms, or when it was written before the schema (contract version 3 or older: read as then)."""
+    checker = _summary_checker()
+    return checker.problem(summary, summary_schema()) if checker.typed(summary) else None
 
 
 @cache

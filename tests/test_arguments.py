@@ -16,7 +16,7 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.plan import arguments, cells, recipes
-from reprokit_trainers.common import schema
+from reprokit_trainers.common.process import argschema
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINERS = ("bridgetower", "volo", "vit")
@@ -48,7 +48,7 @@ def _schema_type(annotation: typing.Any) -> tuple[str | None, bool]:
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_each_schema_names_only_real_arguments_with_their_types(trainer):
-    found = schema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
+    found = argschema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
     fields = _fields(trainer)
     for name, rule in found["arguments"].items():
         assert name in fields, f"{trainer}/arguments.json: {name} is not an argument of the trainer"
@@ -66,14 +66,14 @@ def test_each_schema_names_only_real_arguments_with_their_types(trainer):
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_default_satisfies_its_rule(trainer):
-    found = schema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
+    found = argschema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
     defaults = {}
     for name, f in _fields(trainer).items():
         if name in found["arguments"] and f.default is not dataclasses.MISSING:
             defaults[name] = f.default
         elif name in found["arguments"] and f.default_factory is not dataclasses.MISSING:
             defaults[name] = f.default_factory()
-    assert schema.check(found, defaults) == []
+    assert argschema.check(found, defaults) == []
 
 
 def test_every_recipe_cell_passes_its_trainers_schema():
@@ -142,10 +142,10 @@ def test_the_host_reads_the_schema_without_importing_torch():
 
 def test_a_mapping_argument_is_checked_as_json_on_both_sides():
     rule = {"type": "json", "nullable": True}
-    assert schema.problem(rule, {"layers": [1, 1]}) is None  # a recipe's mapping
-    assert schema.problem(rule, '{"layers": [1, 1]}') is None  # the command line's JSON text
-    assert schema.problem(rule, "{layers: 1}") == "must be a JSON object, got '{layers: 1}'"
-    assert schema.problem(rule, [1, 2]) == "must be a JSON object, got [1, 2]"
+    assert argschema.problem(rule, {"layers": [1, 1]}) is None  # a recipe's mapping
+    assert argschema.problem(rule, '{"layers": [1, 1]}') is None  # the command line's JSON text
+    assert argschema.problem(rule, "{layers: 1}") == "must be a JSON object, got '{layers: 1}'"
+    assert argschema.problem(rule, [1, 2]) == "must be a JSON object, got [1, 2]"
 
 
 def test_volos_token_label_size_is_checked_against_its_image_size_by_the_trainers_schema():

@@ -13,7 +13,7 @@ import torch
 
 from reprokit.barenode import archive, runner, slices
 from reprokit.errors import ReprokitError
-from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.rehearsal import fakedevice
 from reprokit_trainers.rehearsal.__main__ import device_key, line
 

@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from reprokit_trainers.common import flops  # noqa: E402
+from reprokit_trainers.common.measure import flops  # noqa: E402
 from reprokit_trainers.vit import run_vit  # noqa: E402
 
 

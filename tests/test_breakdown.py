@@ -13,17 +13,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import distributed, rundir, streams  # noqa: E402
-from reprokit_trainers.common.breakdown import DEVICE, HOST, Breakdown  # noqa: E402
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter  # noqa: E402
-from reprokit_trainers.common.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.measure import meter as metering  # noqa: E402
+from reprokit_trainers.common.measure.breakdown import DEVICE, HOST, Breakdown  # noqa: E402
+from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.measure.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.process import distributed, streams  # noqa: E402
+from reprokit_trainers.common.record.rundir import RunDir  # noqa: E402
 
 
 @pytest.fixture
 def clock(monkeypatch):
     """A controllable perf_counter (the meter's and the breakdown's) and a count of device syncs."""
     state = {"now": 100.0, "syncs": 0}
-    monkeypatch.setattr(rundir.time, "perf_counter", lambda: state["now"])
+    monkeypatch.setattr(metering.time, "perf_counter", lambda: state["now"])
     monkeypatch.setattr(
         streams, "synchronize", lambda device=None: state.__setitem__("syncs", state["syncs"] + 1)
     )
@@ -250,7 +252,7 @@ def test_the_trainers_one_rank_group_times_its_ddp_all_reduce(clock):
 
 
 def test_several_processes_without_ddp_say_their_communication_is_not_timed(monkeypatch):
-    from reprokit_trainers.common import breakdown
+    from reprokit_trainers.common.measure import breakdown
 
     monkeypatch.setattr(breakdown, "world_size", lambda: 8)
     found = Breakdown(events=None)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from reprokit_trainers.common import caches
+from reprokit_trainers.common.data import caches
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from reprokit.plan import cells, recipes
 from reprokit.results import collect, formats, records, verdicts
-from reprokit.results.records import SCHEMA_VERSION
+from tests.fakes.summaries import complete
 
 
 def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world: int = 1) -> Path:
@@ -20,9 +20,7 @@ def _run_dir(tmp_path: Path, cell: cells.Cell, device: str, summary: dict, world
     (run_dir / "cell.json").write_text(json.dumps(cell.to_json()))
     (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": device, "world_size": world}))
     summary = {"software": dict(cell.software), **summary}
-    (run_dir / "summary.json").write_text(
-        json.dumps({"schema_version": SCHEMA_VERSION, "status": "ok", "world_size": world, **summary})
-    )
+    (run_dir / "summary.json").write_text(json.dumps(complete(world_size=world, **summary)))
     return run_dir
 
 
@@ -95,7 +93,7 @@ def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it
 
 def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_path):
     cell = _cuda_cell("workers2")
-    summary = {**_measured(after=90.0, whole=74.0), "departures": ["random weights"]}
+    summary = {**_measured(after=90.0, whole=74.0), "schema_version": 2, "departures": ["random weights"]}
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert (row.verdict, row.verdict_reasons) == ("not comparable", "random weights")
 

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from PIL import Image  # noqa: E402
 
 from reprokit_trainers.bridgetower import fastimage, run_bridgetower  # noqa: E402
-from reprokit_trainers.common import software  # noqa: E402
+from reprokit_trainers.common.record import software  # noqa: E402
 from tests.conformance.weights import deterministic_  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

@@ -42,11 +42,12 @@ PUBLISHED = {
 STEPS, LOGGING = 4, 2
 # The kit's measurement, not its loop: what these modules do is the meter's.
 METER = (
-    "reprokit_trainers.common.rundir",
-    "reprokit_trainers.common.steps",
-    "reprokit_trainers.common.breakdown",
-    "reprokit_trainers.common.energy",
-    "reprokit_trainers.common.profiling",
+    "reprokit_trainers.common.record.rundir",
+    "reprokit_trainers.common.measure.meter",
+    "reprokit_trainers.common.measure.steps",
+    "reprokit_trainers.common.measure.breakdown",
+    "reprokit_trainers.common.measure.energy",
+    "reprokit_trainers.common.measure.profiling",
     "reprokit_trainers.bridgetower.throughput",
 )
 
@@ -69,12 +70,12 @@ def published_argv(trainer: str, output_dir: str, **overrides: Any) -> list[str]
 @contextlib.contextmanager
 def kit_recording(recorder: looprecord.Recorder) -> Iterator[None]:
     """The recorder over a kit trainer: a fetch through the step logger (or the Trainer's loader)
-    opens a step; the kit's waits and side stream (common/streams.py), which on the CPU do their
+    opens a step; the kit's waits and side stream (common/process/streams.py), which on the CPU do their
     work inline, are noted where the loop calls them."""
     from accelerate.data_loader import DataLoaderShard
 
-    from reprokit_trainers.common import streams
-    from reprokit_trainers.common.steps import StepLogger
+    from reprokit_trainers.common.measure.steps import StepLogger
+    from reprokit_trainers.common.process import streams
 
     batches = StepLogger.batches
 
@@ -178,7 +179,7 @@ def test_a_meter_that_hooks_the_backward_pass_fails_the_comparison(monkeypatch):
     hook on the backward pass the published loop never had."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from reprokit_trainers.common.breakdown import Breakdown
+    from reprokit_trainers.common.measure.breakdown import Breakdown
 
     watch = Breakdown.watch
 

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cv2")
 
-from reprokit_trainers.common import software  # noqa: E402
+from reprokit_trainers.common.record import software  # noqa: E402
 from reprokit_trainers.vit import model as vit_model  # noqa: E402
 from reprokit_trainers.vit import pycls_data, run_vit  # noqa: E402
 from tests.conformance.weights import canonical, deterministic_, images  # noqa: E402

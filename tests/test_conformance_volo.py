@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
 
-from reprokit_trainers.common import software  # noqa: E402
+from reprokit_trainers.common.record import software  # noqa: E402
 from reprokit_trainers.volo import attention, run_volo, tokenlabel  # noqa: E402
 from tests.conformance import volo_inputs as inputs  # noqa: E402
 

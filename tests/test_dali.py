@@ -28,7 +28,7 @@ from nvidia.dali import fn, pipeline_def, types  # noqa: E402
 from PIL import Image  # noqa: E402
 from timm.data.auto_augment import _RAND_INCREASING_TRANSFORMS, AugmentOp  # noqa: E402
 
-from reprokit_trainers.common import imagenet  # noqa: E402
+from reprokit_trainers.common.data import imagenet  # noqa: E402
 from reprokit_trainers.volo import dali, run_volo, tokenlabel  # noqa: E402
 
 TINY = '{"layers": [1, 1, 1, 1], "embed_dims": [32, 64, 64, 64], "num_heads": [1, 2, 2, 2], "stem_hidden_dim": 16}'
@@ -197,7 +197,7 @@ def test_the_published_augmentation_string_parses_and_others_are_refused_in_one_
 
 
 def photo() -> np.ndarray:
-    from reprokit_trainers.common.synthetic import jpeg_bytes
+    from reprokit_trainers.common.data.synthetic import jpeg_bytes
 
     data = jpeg_bytes(120, 90, np.random.default_rng(0))
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))

@@ -16,9 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import energy  # noqa: E402
-from reprokit_trainers.common.energy import EnergyMeter, Unavailable  # noqa: E402
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.measure import energy  # noqa: E402
+from reprokit_trainers.common.measure.energy import EnergyMeter, Unavailable  # noqa: E402
+from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.record.rundir import RunDir  # noqa: E402
 from tests.test_hardware import NVMLError, NVMLError_NotSupported  # noqa: E402
 
 HAS_GPU = Path("/dev/nvidia0").exists() or torch.cuda.is_available()

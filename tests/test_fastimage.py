@@ -16,7 +16,7 @@ from reprokit_trainers.bridgetower.fastimage import (  # noqa: E402
     decode_batch_on_device,
     published_transform,
 )
-from reprokit_trainers.common.synthetic import cartoon_jpeg_bytes, jpeg_bytes  # noqa: E402
+from reprokit_trainers.common.data.synthetic import cartoon_jpeg_bytes, jpeg_bytes  # noqa: E402
 
 # torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec; it is still the one to test.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

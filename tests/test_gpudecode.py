@@ -15,9 +15,9 @@ pytest.importorskip("torchvision")
 
 from PIL import Image  # noqa: E402
 
-from reprokit_trainers.common import gpudecode  # noqa: E402
-from reprokit_trainers.common.imagenet import ImageFolderSource  # noqa: E402
-from reprokit_trainers.common.synthetic import jpeg_bytes  # noqa: E402
+from reprokit_trainers.common.data import gpudecode  # noqa: E402
+from reprokit_trainers.common.data.imagenet import ImageFolderSource  # noqa: E402
+from reprokit_trainers.common.data.synthetic import jpeg_bytes  # noqa: E402
 
 
 def encoded(image: Image.Image, fmt: str = "JPEG", **options) -> bytes:

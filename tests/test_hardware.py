@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit_trainers.common import hardware
+from reprokit_trainers.common.record import hardware
 
 H100 = {
     "name": "NVIDIA H100 80GB HBM3",
@@ -454,8 +454,9 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
     """DALI's and nvJPEG's pools are outside torch's allocator: NVML's reading of the process is kept at
     each boundary of the meter and its largest goes to summary.json; a process NVML does not list (a
     container's PID namespace) falls back to the device's used memory, and says so."""
-    from reprokit_trainers.common import devicememory
-    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure import devicememory
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir
 
     readings = iter([3, 9, 5])  # GiB the driver gave this process at three boundaries
     nvml = fake_pynvml(H100)
@@ -487,7 +488,8 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
 
 def test_without_cuda_the_nvml_peak_is_left_unknown(tmp_path):
     pytest.importorskip("torch")
-    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record.rundir import RunDir
 
     meter = ThroughputMeter(warmup_steps=0, total_steps=1)
     meter.step_end(1, boundary=True)

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from reprokit_trainers.common.contract import THROUGHPUT
-from reprokit_trainers.common.machineload import LoadWatch
+from reprokit_trainers.common.measure.machineload import LoadWatch
+from reprokit_trainers.common.record.contract import THROUGHPUT
 
 SESSION = 500  # the run's process session
 HZ = 100
@@ -141,8 +141,9 @@ def test_seen_from_a_container_a_second_process_on_a_gpu_is_someone_elses(machin
 
 def test_a_trainer_on_a_shared_machine_records_the_departure_and_its_load(tmp_path, machine, monkeypatch):
     pytest.importorskip("torch")
-    from reprokit_trainers.common import rundir
-    from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+    from reprokit_trainers.common.measure.meter import ThroughputMeter
+    from reprokit_trainers.common.record import rundir
+    from reprokit_trainers.common.record.rundir import RunDir
 
     monkeypatch.setenv("REPROKIT_WATCH_LOAD", "1")
     watches: list[LoadWatch] = []

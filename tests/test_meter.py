@@ -11,15 +11,18 @@ import sys
 
 import pytest
 
-from reprokit_trainers.common import precision, rundir, streams
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.measure import meter as metering
+from reprokit_trainers.common.measure.meter import ThroughputMeter
+from reprokit_trainers.common.process import precision, streams
+from reprokit_trainers.common.record import rundir
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 @pytest.fixture
 def clock(monkeypatch):
     """A controllable perf_counter and a count of device synchronizations."""
     state = {"now": 100.0, "syncs": 0}
-    monkeypatch.setattr(rundir.time, "perf_counter", lambda: state["now"])
+    monkeypatch.setattr(metering.time, "perf_counter", lambda: state["now"])
 
     def sync():
         state["syncs"] += 1
@@ -81,7 +84,7 @@ def test_summary_holds_each_definition_departures_and_switches_and_the_csv_its_t
     run_dir.depart("synthetic data", rundir.THROUGHPUT)
     run_dir.depart("random weights", rundir.QUALITY)
     summary = run_dir.write_summary(
-        meter, throughput={"gaudi_trainer": rundir.figure(35, 3.5, "formula")}, loader="torch"
+        meter, throughput={"gaudi_trainer": metering.figure(35, 3.5, "formula")}, loader="torch"
     )
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary, default=str))
@@ -101,7 +104,7 @@ def test_summary_holds_each_definition_departures_and_switches_and_the_csv_its_t
 
 def test_tf32_is_turned_off_over_ngc_override_and_the_state_recorded():
     code = (
-        "from reprokit_trainers.common import precision; import json; "
+        "from reprokit_trainers.common.process import precision; import json; "
         "print(json.dumps(precision.set_tf32(False)))"
     )
     env = {**os.environ, "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}

@@ -439,7 +439,7 @@ def test_a_run_records_the_machine_its_container_hides_and_the_docker_platform_n
     from reprokit.plan import accelerators
     from reprokit.plan.planner import plan as make_plan
     from reprokit.run.containers import docker
-    from reprokit_trainers.common.rundir import RunDir
+    from reprokit_trainers.common.record.rundir import RunDir
 
     monkeypatch.setenv("REPROKIT_MACHINE", "dgx-07")
     RunDir(tmp_path).write_sysinfo()

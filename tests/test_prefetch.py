@@ -7,7 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import prefetch, streams  # noqa: E402
+from reprokit_trainers.common.data import prefetch  # noqa: E402
+from reprokit_trainers.common.process import streams  # noqa: E402
 
 
 class FakeCuda:

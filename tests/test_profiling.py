@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reprokit_trainers.common import profiling  # noqa: E402
-from reprokit_trainers.common.rundir import RunDir  # noqa: E402
-from reprokit_trainers.common.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.measure import profiling  # noqa: E402
+from reprokit_trainers.common.measure.steps import StepLogger  # noqa: E402
+from reprokit_trainers.common.record.rundir import RunDir  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
 

@@ -14,8 +14,8 @@ pytest.importorskip("timm")
 from PIL import Image  # noqa: E402
 from timm.data import auto_augment as timm_aa  # noqa: E402
 
-from reprokit_trainers.common import randaugment as ra  # noqa: E402
-from reprokit_trainers.common.synthetic import jpeg_bytes  # noqa: E402
+from reprokit_trainers.common.data import randaugment as ra  # noqa: E402
+from reprokit_trainers.common.data.synthetic import jpeg_bytes  # noqa: E402
 
 FILL = (124, 116, 104)  # timm's img_mean for ImageNet's mean
 HPARAMS = {"translate_const": 100, "img_mean": FILL}

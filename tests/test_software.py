@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from reprokit.plan.recipes import SOFTWARE_KEYS  # noqa: E402
-from reprokit_trainers.common import software  # noqa: E402
+from reprokit_trainers.common.record import software  # noqa: E402
 
 
 def test_the_trainers_keys_are_the_hosts():

@@ -13,15 +13,16 @@ import time
 
 import pytest
 
-from reprokit_trainers.common import rundir
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.measure import meter as metering
+from reprokit_trainers.common.measure.meter import ThroughputMeter
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 @pytest.fixture
 def clock(monkeypatch):
     state = {"now": 100.0}
-    monkeypatch.setattr(rundir.time, "perf_counter", lambda: state["now"])
-    monkeypatch.setattr(rundir.streams, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(metering.time, "perf_counter", lambda: state["now"])
+    monkeypatch.setattr(metering.streams, "synchronize", lambda *a, **k: None)
     return state
 
 
@@ -65,7 +66,8 @@ def test_a_stall_that_costs_under_one_percent_of_the_window_is_recorded_without_
 
 SCRIPT = """
 import sys, time
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.record.rundir import RunDir
+from reprokit_trainers.common.measure.meter import ThroughputMeter
 run_dir, meter = RunDir(sys.argv[1]), ThroughputMeter(warmup_steps=2, total_steps=120)
 for step in range(1, 121):
     time.sleep(0.03)

@@ -23,14 +23,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-from reprokit_trainers.bridgetower import gaudi, run_bridgetower, throughput  # noqa: E402
-from reprokit_trainers.common.rundir import ThroughputMeter  # noqa: E402
-from reprokit_trainers.common.synthetic import (  # noqa: E402
+from reprokit_trainers.bridgetower import gaudi, offline, record, run_bridgetower, throughput  # noqa: E402
+from reprokit_trainers.common.data.synthetic import (  # noqa: E402
     CARTOON_HEIGHTS,
     CARTOON_WIDTHS,
     cartoon_jpeg_bytes,
     sample_sizes,
 )
+from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -211,13 +211,11 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
         "synthetic",
         "offline",
     )
-    assert summary["model_parameters"] == run_bridgetower.count_parameters(
-        run_bridgetower.build_config(json.dumps(TINY))
-    )
+    assert summary["model_parameters"] == record.count_parameters(offline.build_config(json.dumps(TINY)))
     assert summary["dataloader_num_workers"] == 1 and summary["global_batch_size"] == 4
     # The FLOPs of one sample of the model trained (128 caption tokens, 294 px), counted at start.
     assert summary["flops_per_sample"] == pytest.approx(
-        run_bridgetower.flops_per_sample(run_bridgetower.build_config(json.dumps(TINY)), 128)
+        record.flops_per_sample(offline.build_config(json.dumps(TINY)), 128)
     )
     if not torch.cuda.is_available():  # no peak for a CPU, so no MFU
         assert summary["device_peak_tflops"] is None and summary["mfu"] is None
@@ -323,13 +321,13 @@ def test_when_gaudi_trainer_ran_its_own_figure_is_the_gaudi_trainer_definition()
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return run_bridgetower.offline_tokenizer()
+    return offline.offline_tokenizer()
 
 
 def test_preprocessing_is_the_published_one(tmp_path, tokenizer):
     """Caption -> 128 RoBERTa-style ids; JPEG -> CLIP-normalized 294 x 294, in the dataset's transform."""
     data_args = run_bridgetower.DataTrainingArguments(synthetic_num_train=2, synthetic_num_eval=1)
-    dataset = run_bridgetower.synthetic_dataset(data_args, cache_dir=str(tmp_path))
+    dataset = offline.synthetic_dataset(data_args, cache_dir=str(tmp_path))
     transform = run_bridgetower.ImageTransform("image", run_bridgetower.published_image_transform(294))
     train_split = run_bridgetower.prepare_split(
         dataset["train"], tokenizer, data_args, transform, None, "train", 294
@@ -370,30 +368,28 @@ def test_a_new_yorker_sized_jpeg_becomes_a_294_crop(tokenizer):
 
 
 def test_the_published_architecture_has_866_6m_parameters():
-    config = run_bridgetower.build_config(json.dumps(LARGE))
+    config = offline.build_config(json.dumps(LARGE))
     assert config.logit_scale_init_value == pytest.approx(2.6592)
-    assert run_bridgetower.count_parameters(config) == pytest.approx(866.6e6, abs=0.05e6)
+    assert record.count_parameters(config) == pytest.approx(866.6e6, abs=0.05e6)
 
 
 def test_the_logit_scale_is_pinned_when_the_architecture_omits_it():
     """BridgeTowerConfig has no default logit scale; the model would fail on first use without one."""
     partial = {k: v for k, v in TINY.items() if k != "logit_scale_init_value"}
-    model = run_bridgetower.BridgeTowerForContrastiveLearning(
-        run_bridgetower.build_config(json.dumps(partial))
-    )
+    model = run_bridgetower.BridgeTowerForContrastiveLearning(offline.build_config(json.dumps(partial)))
     assert model.logit_scale.item() == pytest.approx(2.6592)
 
 
 def test_the_recipe_architectures_build():
     yaml = pytest.importorskip("yaml")
     recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
-    published = run_bridgetower.build_config(json.dumps(recipe["model"]["architecture"]))
-    assert run_bridgetower.count_parameters(published) == pytest.approx(866.6e6, abs=0.05e6)
+    published = offline.build_config(json.dumps(recipe["model"]["architecture"]))
+    assert record.count_parameters(published) == pytest.approx(866.6e6, abs=0.05e6)
     for name, scale in recipe["scales"].items():
         if "architecture" in scale:
-            config = run_bridgetower.build_config(json.dumps(scale["architecture"]))
+            config = offline.build_config(json.dumps(scale["architecture"]))
             try:
-                run_bridgetower.count_parameters(config)
+                record.count_parameters(config)
             except ValueError as error:  # the vision encoder has hidden_size // 64 heads
                 pytest.fail(f"the {name} scale's architecture does not build: {error}")
 
@@ -566,13 +562,13 @@ def test_mediapipe_with_another_image_pipeline_is_refused(monkeypatch):
 def test_mediapipe_reads_files_so_synthetic_rows_are_files_for_it_and_bytes_are_refused(tmp_path):
     """The HPU pipeline reads the JPEG files the rows point at (the pinned revision's layout)."""
     args = dict(synthetic_num_train=3, synthetic_num_eval=1, synthetic_unique_images=2)
-    as_bytes = run_bridgetower.synthetic_dataset(
+    as_bytes = offline.synthetic_dataset(
         run_bridgetower.DataTrainingArguments(**args), cache_dir=str(tmp_path / "a")
     )["train"].cast_column("image", datasets.Image(decode=False))
     with pytest.raises(gaudi.SetupError, match="a train row has no file path"):
         gaudi.check_mediapipe_rows(as_bytes, "image", "train")
 
-    as_files = run_bridgetower.synthetic_dataset(
+    as_files = offline.synthetic_dataset(
         run_bridgetower.DataTrainingArguments(**args, mediapipe_dataloader=True),
         cache_dir=str(tmp_path / "b"),
     )["train"].cast_column("image", datasets.Image(decode=False))
@@ -853,7 +849,7 @@ def test_tf32_is_set_over_ngcs_override_and_recorded(tmp_path):
 def test_the_bare_tf32_flag_the_host_writes_is_the_trainers_to_set_even_off_a_gpu():
     """The cuda cells' `tf32: true` renders as a bare --tf32; TrainingArguments' own wants a value and
     refuses true off an Ampere GPU, so the trainer takes it and sets it itself (a CPU dry run parses)."""
-    from reprokit_trainers.common.args import take_bool_flag
+    from reprokit_trainers.common.process.args import take_bool_flag
 
     assert take_bool_flag(["--tf32", "--do_train"], "tf32") == (["--do_train"], True)
     assert take_bool_flag(["--x", "1", "--tf32"], "tf32") == (["--x", "1"], True)
@@ -871,7 +867,7 @@ def test_where_the_hub_does_not_answer_loaders_read_the_cache_at_once(tmp_path, 
     are read from the cache alone, and what is not there is said at once."""
     import time
 
-    from reprokit_trainers.common import hub
+    from reprokit_trainers.common.data import hub
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard: nothing listens
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

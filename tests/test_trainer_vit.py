@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from torch import nn  # noqa: E402
 
-from reprokit_trainers.common import distributed  # noqa: E402
+from reprokit_trainers.common.process import distributed  # noqa: E402
 from reprokit_trainers.vit import model as vit_model  # noqa: E402
 from reprokit_trainers.vit import run_vit  # noqa: E402
 
@@ -454,7 +454,7 @@ def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     ids=["torn", "0-byte"],
 )
 def test_a_bad_image_in_pyclss_opencv_path_is_named_by_its_path(tmp_path, data, reason):
-    from reprokit_trainers.common import imagenet
+    from reprokit_trainers.common.data import imagenet
     from reprokit_trainers.vit import pycls_data
     from tests.fakes import tiny_imagenet
 

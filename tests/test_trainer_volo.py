@@ -18,8 +18,8 @@ pytest.importorskip("timm")
 
 from PIL import Image  # noqa: E402
 
-from reprokit_trainers.common import imagenet  # noqa: E402
-from reprokit_trainers.volo import run_volo, tokenlabel  # noqa: E402
+from reprokit_trainers.common.data import imagenet  # noqa: E402
+from reprokit_trainers.volo import record, run_volo, tokenlabel  # noqa: E402
 from reprokit_trainers.volo.tokenlabel import TokenTargets  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -293,17 +293,17 @@ def test_the_published_policy_posterizes_to_black_at_magnitude_ten():
 
 def test_a_finetune_from_the_kits_short_pretraining_is_a_departure():
     short = {"steps": 500, "schedule_completed": False, "data": "imagenet-folder"}
-    assert run_volo.pretraining_departure(short) == (
+    assert record.pretraining_departure(short) == (
         "finetuned from weights pretrained for 500 steps, not the published pretrained weights"
     )
     synthetic = {"steps": 10, "schedule_completed": True, "data": "synthetic"}
-    assert "on synthetic data" in run_volo.pretraining_departure(synthetic)
+    assert "on synthetic data" in record.pretraining_departure(synthetic)
     # A full pretraining on ImageNet, or weights from elsewhere (sail-sg/volo's release): as published.
     assert (
-        run_volo.pretraining_departure({"steps": 9, "schedule_completed": True, "data": "imagenet-folder"})
+        record.pretraining_departure({"steps": 9, "schedule_completed": True, "data": "imagenet-folder"})
         is None
     )
-    assert run_volo.pretraining_departure(None) is None
+    assert record.pretraining_departure(None) is None
 
 
 def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) -> dict:
@@ -337,7 +337,7 @@ def encoded_batch(image: np.ndarray, n: int, hflip: float = 0.5, seed: int = 0) 
 
 
 def photo(seed: int = 0) -> np.ndarray:
-    from reprokit_trainers.common.synthetic import jpeg_bytes
+    from reprokit_trainers.common.data.synthetic import jpeg_bytes
 
     data = jpeg_bytes(150, 110, np.random.default_rng(seed))
     return np.asarray(Image.open(__import__("io").BytesIO(data)).convert("RGB"))
@@ -639,7 +639,7 @@ def test_encoded_samples_decode_on_the_device_with_their_crop_and_flip():
 
 
 def test_an_imagenet_folder_with_token_label_files_in_the_published_layout(tmp_path):
-    from reprokit_trainers.common.synthetic import jpeg_bytes
+    from reprokit_trainers.common.data.synthetic import jpeg_bytes
 
     rng = np.random.default_rng(0)
     for wnid in ("n01440764", "n01443537"):

@@ -8,6 +8,7 @@ import ast
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,34 @@ def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_comman
             )
 
 
+MAIN_LINES = 150  # a main a reader takes in at once, as transformers' examples and nanoGPT's train.py
+
+
+def test_each_trainers_main_is_at_most_150_lines_of_numbered_steps():
+    # Every trainer: a folder with its argument schema (the host's view of a trainer) and its script.
+    trainers = sorted(p.parent.name for p in PACKAGE.glob("*/arguments.json"))
+    assert set(RECIPES) <= set(trainers)
+    for name in trainers:
+        script = PACKAGE / name / f"run_{name}.py"
+        (main,) = [
+            node
+            for node in ast.parse(script.read_text()).body
+            if isinstance(node, ast.FunctionDef) and node.name == "main"
+        ]
+        span = main.end_lineno - main.lineno + 1
+        assert span <= MAIN_LINES, (
+            f"{script.relative_to(ROOT)}: main is {span} lines (at most {MAIN_LINES}): move what records the run "
+            "to its record.py, what stands in offline to its own module"
+        )
+        steps = [
+            int(n)
+            for n in re.findall(r"^    # (\d+)\. ", ast.get_source_segment(script.read_text(), main), re.M)
+        ]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5, (
+            f"{name}: main's steps are {steps}"
+        )
+
+
 def test_no_module_edits_sys_path():
     for path in modules():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -123,7 +152,7 @@ def test_importing_the_trainers_loads_no_host_module():
 
 def test_the_device_peak_is_the_given_one_or_the_datasheets():
     torch = pytest.importorskip("torch")
-    from reprokit_trainers.common import flops
+    from reprokit_trainers.common.measure import flops
 
     assert flops.device_peak_tflops(400.0) == 400.0
     if not torch.cuda.is_available():
@@ -184,7 +213,7 @@ def test_each_trainer_runs_as_a_module_and_reports_mfu_against_the_given_peak(tm
 def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monkeypatch):
     """An fp32 rung against the bf16 tensor-core peak would read 16x (TF32) to 50x (plain fp32) too low."""
     torch = pytest.importorskip("torch")
-    from reprokit_trainers.common import flops
+    from reprokit_trainers.common.measure import flops
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

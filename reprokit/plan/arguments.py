@@ -4,7 +4,7 @@ reprokit_trainers/<trainer>/arguments.json; a user's trainer may ship one beside
 its own arguments with, and the host checks every cell's with (inv show, render, run, reproduce), so a
 recipe with `per_device_train_batch_size: 0` is refused in one line before an image build or a queue wait.
 
-The checker is the trainers' own stdlib-only module (reprokit_trainers/common/schema.py), loaded from
+The checker is the trainers' own stdlib-only module (reprokit_trainers/common/process/argschema.py), loaded from
 its file: one implementation, and no trainer code that imports torch runs on the host.
 """
 
@@ -26,7 +26,7 @@ from reprokit.errors import ReprokitError
 @cache
 def _checker() -> ModuleType | None:
     try:
-        path = trainers.package_dir() / "common" / "schema.py"
+        path = trainers.package_dir() / "common" / "process" / "argschema.py"
     except ReprokitError:
         return None
     if not path.exists():

@@ -2,7 +2,7 @@
 communication, other), the energy the devices drew in it, and the traces taken on request, read
 from summary.json into result columns, and into the report's sentences and links.
 
-The trainers write these (reprokit_trainers/common/breakdown.py, energy.py, profiling.py); this module
+The trainers write these (reprokit_trainers/common/measure/breakdown.py, energy.py, profiling.py); this module
 only reads and words them. A share a trainer could not time is None and is never shown as 0%.
 """
 

@@ -2,9 +2,10 @@
 recorded about its machine (sysinfo.json) and what it measured (summary.json).
 
 The file names, schema version and departure kinds are the trainers' contract
-(reprokit_trainers/contract.json). Fields the host does not know are kept (trainers add their own),
-so an old kit can read a new run and the reverse; a summary from before schema 2 (the kit's first
-version) has no figure to read and is judged by nothing. Every row of results, report and plots is
+(reprokit_trainers/contract.json). A summary of contract version 4 or later is first checked against the
+trainers' summary.schema.json (every field declared and typed: trainers.summary_problem); an older one
+is read as it was written, fields the host does not know kept; a summary from before schema 2 (the kit's
+first version) has no figure to read and is judged by nothing. Every row of results, report and plots is
 made from these records (results/verdicts.py).
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from reprokit import trainers
 from reprokit.run import bounded, rundirs
 from reprokit.trainers import contract
 
@@ -244,9 +246,15 @@ class RunRecord(BaseModel):
 
 def _read(model: type[Record], path: Path, root: Path | None) -> Any:
     """A run directory's JSON file as its model; None when it is not there; Malformed (the file and why)
-    when it is not one of the kit's: too large or deep, not JSON, a field of the wrong type, a link out."""
+    when it is not one of the kit's: too large or deep, not JSON, a field of the wrong type, a link out,
+    or (a summary) a field the trainers' schema does not declare, lacks or types otherwise."""
     raw = bounded.json_object(path, root)
-    return None if raw is None else bounded.checked(model, raw, path)
+    if raw is None:
+        return None
+    wrong = trainers.summary_problem(raw) if model is Summary else None
+    if wrong:
+        raise bounded.Malformed(path, wrong)
+    return bounded.checked(model, raw, path)
 
 
 def _mtime(path: Path) -> str | None:

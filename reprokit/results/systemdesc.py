@@ -3,7 +3,7 @@ field mlperf_logging's system_desc checker requires (a results folder's systems 
 submission's `systems/` do).
 
 The facts are the ones the trainers read on the node that ran (sysinfo.json's ``hardware``, whose names
-are already MLPerf's: common/hardware.py), never this machine's: a Slurm session's systems are its
+are already MLPerf's: common/record/hardware.py), never this machine's: a Slurm session's systems are its
 nodes. The kit writes these itself rather than run `mlperf-sysinfo` (which describes the machine it
 runs on, the host here, not the node or the container). Every value is text, as in MLPerf's own
 files; a fact no reading gives is "N/A", and ``hw_notes`` names those fields. One file per distinct system among the completed cells (its node

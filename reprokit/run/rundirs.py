@@ -23,6 +23,7 @@ from reprokit.trainers import contract
 LOG_TAIL_LINES = 30
 # The run directory's file names, as the trainers' contract (reprokit_trainers/contract.json) names them.
 FILES: dict[str, str] = contract()["files"]
+SCHEMA_VERSION: int = contract()["schema_version"]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -96,6 +97,8 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
     failed = {
         # Keep what the trainer measured (if it wrote anything) under the failure.
         **found,
+        # Typed by the trainers' summary schema, as theirs (a failure an older kit wrote keeps its version).
+        "schema_version": found.get("schema_version", SCHEMA_VERSION),
         "status": status,
         "exit_code": exit_code,
         # A killed trainer's last line is whatever it printed before (a progress bar): the signal says more.
@@ -111,6 +114,7 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
 def skip(run_dir: Path, reason: str) -> dict[str, Any]:
     files.make_dir(run_dir)
     skipped = {
+        "schema_version": SCHEMA_VERSION,
         "status": "skipped",
         "error": reason,
         "finished_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),

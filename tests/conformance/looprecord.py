@@ -59,7 +59,7 @@ CARRIERS = (
     "typing",
     "looprecord",
     "tests.conformance.looprecord",
-    "reprokit_trainers.common.distributed",
+    "reprokit_trainers.common.process.distributed",
 )
 _MARK = "_looprecord_on_device"
 

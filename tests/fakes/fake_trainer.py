@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from reprokit_trainers.common.contract import SCHEMA_VERSION
+from reprokit_trainers.common.record import summaryschema
+from reprokit_trainers.common.record.contract import SCHEMA_VERSION
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
@@ -48,7 +49,7 @@ def write_events(folder: Path, rows: list[dict]) -> None:
 
 
 def explain(out: Path, args: argparse.Namespace) -> dict:
-    """summary.json's explaining fields as the real trainers write them (common/breakdown.py, energy.py,
+    """summary.json's explaining fields as the real trainers write them (common/measure/breakdown.py, energy.py,
     profiling.py), from the --fake_* values; with --profile, a Chrome trace of the schedule's steps."""
     fields: dict = {"energy": "unavailable (fake trainer: no energy source)"}
     if args.fake_data_wait is not None:
@@ -185,35 +186,43 @@ def main() -> int:
     while hang:  # until the kit stops it (a timeout, an interrupt)
         time.sleep(0.05)
     explained = explain(out, args)
-    write_json_atomic(
-        out / "summary.json",
-        {
-            "schema_version": SCHEMA_VERSION,
-            "status": "ok",
-            "unit": "samples/s",
-            "samples_per_second": args.fake_rate,
-            "throughput": {
-                "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
-                "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
-            },
-            "departures": [{"reason": args.fake_departure, "kind": "throughput"}]
-            if args.fake_departure
-            else [],
-            # A fake runs whatever software its cell expects (cell.json, written by the host).
-            "software": json.loads((out / "cell.json").read_text()).get("software", {})
-            if (out / "cell.json").exists()
-            else {},
-            "warmup_steps": 2,
-            "steps": args.fake_steps,
-            "samples": 4 * args.fake_steps,
-            "train_runtime_s": 0.06,
-            "world_size": 1,
-            "num_nodes": 1,
-            "peak_memory_bytes": 123 * 2**20,
-            "finished_at": time.strftime(TIME_FORMAT),
-            **explained,
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "unit": "samples/s",
+        "samples_per_second": args.fake_rate,
+        "throughput": {
+            "after_warmup": {"value": args.fake_rate, "samples": 4 * (args.fake_steps - 2)},
+            "whole_run": {"value": args.fake_rate * 0.9, "samples": 4 * args.fake_steps},
         },
-    )
+        "departures": [{"reason": args.fake_departure, "kind": "throughput"}] if args.fake_departure else [],
+        # A fake runs whatever software its cell expects (cell.json, written by the host).
+        "software": json.loads((out / "cell.json").read_text()).get("software", {})
+        if (out / "cell.json").exists()
+        else {},
+        "warmup_steps": 2,
+        "steps": args.fake_steps,
+        "samples": 4 * args.fake_steps,
+        "measured_samples": 4 * (args.fake_steps - 2),
+        "train_runtime_s": 0.06,
+        "world_size": 1,
+        "num_nodes": 1,
+        "peak_memory_bytes": 123 * 2**20,
+        "peak_memory_of": "host resident set",
+        "peak_memory_device_bytes": None,
+        "peak_memory_device_of": None,
+        "machine_load": None,
+        "stalls": {"median_step_s": 0.01, "found": [], "rule": "fake trainer: none"},
+        "breakdown": None,
+        "step_time_s": None,
+        "finished_at": time.strftime(TIME_FORMAT),
+        **explained,
+    }
+    # Typed as a real trainer's summary is, by the schema the host reads it with.
+    wrong = summaryschema.problem(summary, summaryschema.load())
+    if wrong:
+        raise SystemExit(f"fake trainer: summary.json: {wrong}")
+    write_json_atomic(out / "summary.json", summary)
     if args.fake_fill_after:
         # Someone else's file fills the results folder's disk once this run has measured.
         try:

@@ -58,7 +58,7 @@ def _prepare_dataset(root: Path, rows: dict[str, int]) -> None:
 def _save_checkpoint(root: Path, architecture: dict) -> None:
     from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
 
-    from reprokit_trainers.bridgetower.run_bridgetower import offline_tokenizer
+    from reprokit_trainers.bridgetower.offline import offline_tokenizer
 
     repo = root / f"models--{CHECKPOINT.replace('/', '--')}"
     snapshot = repo / "snapshots" / COMMIT

@@ -24,7 +24,7 @@ from reprokit.run.handles import Handle, NoOptions, ProcessHandle
 # The ways runtimes start cells: a process on this machine, or srun inside a Slurm job.
 LOCAL, SRUN = "local", "srun"
 # Where a trainer may write writable views of the read-only folders a platform mounts (the trainers'
-# common/caches.py reads it): each platform names one the container can write.
+# common/data/caches.py reads it): each platform names one the container can write.
 SCRATCH_ENV = "REPROKIT_SCRATCH"
 
 

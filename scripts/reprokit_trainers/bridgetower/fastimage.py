@@ -153,8 +153,8 @@ def decode_batch_on_device(
     """Decode JPEG bytes on ``device`` (nvJPEG on CUDA), resize, crop, normalize: [N, 3, S, S] float.
 
     The published path's steps (bicubic tensor Resize without antialias, as torchvision's tensor
-    Resize did then), through the shared decoder (common/gpudecode.py: stream-safe, CPU fallback)."""
-    from reprokit_trainers.common.gpudecode import decode_resize_center_crop
+    Resize did then), through the shared decoder (common/data/gpudecode.py: stream-safe, CPU fallback)."""
+    from reprokit_trainers.common.data.gpudecode import decode_resize_center_crop
 
     return decode_resize_center_crop(
         jpegs, image_size, device, mean, std, interpolation="bicubic", antialias=False

@@ -11,11 +11,11 @@ workers), and the Trainer's loop. This script keeps that pipeline and adds what 
 - it runs offline: the model is built from ``--model_config_json`` with random weights when the
   hub cannot be reached (or with ``--random_init``), and the data is synthesized with the real
   data's shapes (``--synthetic_data``): JPEG bytes of the cartoons' sizes and captions of the
-  descriptions' lengths, stored and preprocessed exactly as the real rows are; each of these is a
-  departure the summary records (the host then judges the run not comparable);
+  descriptions' lengths, stored and preprocessed exactly as the real rows are (offline.py); each of
+  these is a departure the summary records (the host then judges the run not comparable);
 - it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
-  last, summary.json with samples/s under each definition the publications used (throughput.py)
-  and the switches that were in effect.
+  last, summary.json with samples/s under each definition the publications used (throughput.py),
+  the switches that were in effect, the software that ran and the MFU (record.py).
 
 Departures from the published script, none of which touches the timed training steps: evaluation
 skips gathering every layer's hidden states (``IGNORE_AT_INFERENCE``); the fine-tuned model is saved
@@ -33,23 +33,20 @@ live (``model.bridgetower.*``); and ``--image_pipeline`` offers the kit's faster
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import logging
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import transformers
 from transformers import (
-    BridgeTowerConfig,
     BridgeTowerForContrastiveLearning,
     PreTrainedTokenizerBase,
     Trainer,
@@ -57,25 +54,21 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from reprokit_trainers.common import caches, flops, hub, loop, software
-from reprokit_trainers.common.args import (
+from reprokit_trainers.common.data import caches, hub
+from reprokit_trainers.common.data.synthetic import CARTOON_HEIGHTS, CARTOON_WIDTHS
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.process.args import (
     MfuArguments,
     config_error,
     one_line_errors,
     parse_command_line,
     take_bool_flag,
 )
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.synthetic import (
-    CARTOON_HEIGHTS,
-    CARTOON_WIDTHS,
-    VOCABULARY,
-    caption,
-    cartoon_jpeg_bytes,
-    sample_sizes,
-)
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import THROUGHPUT, RunDir
 
-from . import gaudi
+from . import gaudi, offline, record
 from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
@@ -85,7 +78,7 @@ from .fastimage import (
     published_transform,
 )
 from .gaudi import SetupError
-from .throughput import StepSamples, definitions, throughput_callback, timed_trainer
+from .throughput import StepSamples, throughput_callback, timed_trainer
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -94,9 +87,6 @@ logger = logging.getLogger("run_bridgetower")
 
 PROG = "run_bridgetower.py"
 TRAINER_DIR = Path(__file__).resolve().parent
-# The class defaults of BridgeTowerConfig define no logit scale at all (the model then fails on
-# first use), and the checkpoint's is CLIP's log(1/0.07): every offline build gets it unless told.
-LOGIT_SCALE_INIT = 2.6592
 IMAGE_PIPELINES = ("published", "kit", "kit-draft", "gpu_decode")
 # What the Trainer would otherwise gather over the whole eval set: every layer's hidden states, tens
 # of GB at the published scale. No metric reads them; the loss is the only one (as published).
@@ -176,13 +166,13 @@ class DataTrainingArguments:
     synthetic_image_width: list[int] = field(
         default_factory=lambda: list(CARTOON_WIDTHS),
         metadata={
-            "help": "MIN MAX width of the synthetic JPEGs (default: the cartoons', common/synthetic.py)"
+            "help": "MIN MAX width of the synthetic JPEGs (default: the cartoons', common/data/synthetic.py)"
         },
     )
     synthetic_image_height: list[int] = field(
         default_factory=lambda: list(CARTOON_HEIGHTS),
         metadata={
-            "help": "MIN MAX height of the synthetic JPEGs (default: an assumed range, common/synthetic.py)"
+            "help": "MIN MAX height of the synthetic JPEGs (default: an assumed range, common/data/synthetic.py)"
         },
     )
     synthetic_caption_words: list[int] = field(
@@ -371,47 +361,6 @@ def check_accelerator_flags(
 # Model and tokenizer
 
 
-def build_config(config_json: str) -> BridgeTowerConfig:
-    kwargs = json.loads(config_json)
-    kwargs.setdefault("logit_scale_init_value", LOGIT_SCALE_INIT)
-    return BridgeTowerConfig(**kwargs)
-
-
-def count_parameters(config: BridgeTowerConfig) -> int:
-    """Parameters of the model ``config`` builds, without allocating them (meta device)."""
-    with torch.device("meta"):
-        model = BridgeTowerForContrastiveLearning(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def flops_per_sample(
-    config: BridgeTowerConfig, seq_len: int = 128, model_args: ModelArguments | None = None
-) -> float:
-    """FLOPs of one training sample (forward and backward, contrastive loss) of the model ``config``
-    builds, prepared as ``model_args`` say (frozen encoders need no weight gradients).
-
-    Captions are padded to ``max_seq_length`` (``seq_len``), so every sample costs the same.
-    """
-    size = config.vision_config.image_size
-
-    def build() -> BridgeTowerForContrastiveLearning:
-        model = BridgeTowerForContrastiveLearning(config)
-        if model_args is not None:
-            prepare_model(model, model_args)
-        return model
-
-    def step(model: BridgeTowerForContrastiveLearning, batch: int) -> torch.Tensor:
-        return model(
-            input_ids=torch.zeros(batch, seq_len, dtype=torch.long),
-            attention_mask=torch.ones(batch, seq_len, dtype=torch.long),
-            pixel_values=torch.zeros(batch, 3, size, size),
-            pixel_mask=torch.ones(batch, size, size, dtype=torch.long),
-            return_loss=True,
-        ).loss
-
-    return flops.count_training_flops(build, step)
-
-
 @dataclass(frozen=True)
 class Sources:
     """Where the checkpoint and the data load from, and whether the user gave them. What was given
@@ -428,7 +377,7 @@ class Sources:
 
 def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments, scratch: Path) -> Sources:
     """--cache_dir, or the hub cache when none was given, made usable where it is read-only (a writable
-    view: common/caches.py); what the user gave is recorded as given."""
+    view: common/data/caches.py); what the user gave is recorded as given."""
     given = model_args.cache_dir
     if given:
         folder, view = caches.writable(given, scratch, "--cache_dir")
@@ -497,36 +446,13 @@ def load_model(
     if model_args.model_config_json is None:
         raise config_error(PROG, "--random_init needs --model_config_json (the architecture to build)")
     try:
-        return BridgeTowerForContrastiveLearning(build_config(model_args.model_config_json)), "random", reason
+        return (
+            BridgeTowerForContrastiveLearning(offline.build_config(model_args.model_config_json)),
+            "random",
+            reason,
+        )
     except (json.JSONDecodeError, TypeError, ValueError) as error:  # e.g. a vision hidden_size below 64
         raise config_error(PROG, f"--model_config_json does not build: {_first_line(error)}") from None
-
-
-def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerBase:
-    """A word-level tokenizer over the synthetic vocabulary, with RoBERTa's special tokens and ids.
-
-    Captions are padded to max_seq_length either way, so the model's cost does not depend on the
-    tokenizer; what matters is that ids stay in the vocabulary and the specials sit where RoBERTa's do.
-    """
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for token in [*words, *(w.capitalize() for w in words), ".", ",", "'", "?", "!"]:
-        vocab.setdefault(token, len(vocab))
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        model_max_length=512,
-    )
 
 
 def load_tokenizer(
@@ -559,82 +485,11 @@ def load_tokenizer(
             name,
             _first_line(error),
         )
-        return offline_tokenizer(), "offline"
+        return offline.offline_tokenizer(), "offline"
 
 
 # ----------------------------------------------------------------------------------------------
 # Data
-
-
-def synthetic_rows(
-    num_rows: int,
-    widths: Sequence[int],
-    heights: Sequence[int],
-    words: Sequence[int],
-    unique_images: int,
-    seed: int,
-    image_column: str,
-    caption_column: str,
-    image_dir: str | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Rows shaped like the New Yorker set's: a JPEG (as datasets stores images) and a description.
-
-    With ``image_dir`` the JPEGs are files there and the rows hold their paths, as the pinned
-    revision's loading script stores the cartoons (one file per cartoon): what mediapipe reads."""
-    rng = np.random.default_rng(seed)
-    sizes = sample_sizes(max(1, min(unique_images, num_rows)), rng, widths, heights)
-    cartoons: list[dict[str, Any]] = [
-        {"bytes": cartoon_jpeg_bytes(w, h, rng), "path": None} for w, h in sizes
-    ]
-    if image_dir is not None:
-        Path(image_dir).mkdir(parents=True, exist_ok=True)
-        for i, cartoon in enumerate(cartoons):
-            path = Path(image_dir) / f"{i}.jpeg"
-            path.write_bytes(cartoon["bytes"])
-            cartoons[i] = {"bytes": None, "path": str(path)}
-    for i in range(num_rows):
-        length = int(rng.integers(words[0], words[-1] + 1))
-        yield {image_column: cartoons[i % len(cartoons)], caption_column: caption(rng, length, VOCABULARY)}
-
-
-def synthetic_dataset(data_args: DataTrainingArguments, cache_dir: str | None) -> datasets.DatasetDict:
-    """train / validation / test, written once to the datasets cache and memory-mapped by every rank.
-
-    For --mediapipe_dataloader the cartoons are JPEG files beside that cache (the HPU pipeline reads
-    files), otherwise bytes in the rows."""
-    import datasets
-
-    features = datasets.Features(
-        {data_args.image_column: datasets.Image(), data_args.caption_column: datasets.Value("string")}
-    )
-    counts = {
-        "train": data_args.synthetic_num_train,
-        "validation": data_args.synthetic_num_eval,
-        "test": data_args.synthetic_num_test
-        if data_args.synthetic_num_test is not None
-        else data_args.synthetic_num_eval,
-    }
-    splits = {}
-    for offset, (split, rows) in enumerate(counts.items()):
-        gen_kwargs = {
-            "num_rows": rows,
-            "widths": list(data_args.synthetic_image_width),
-            "heights": list(data_args.synthetic_image_height),
-            "words": list(data_args.synthetic_caption_words),
-            "unique_images": data_args.synthetic_unique_images,
-            "seed": data_args.synthetic_seed * 1000 + offset,  # a different draw per split
-            "image_column": data_args.image_column,
-            "caption_column": data_args.caption_column,
-        }
-        if data_args.mediapipe_dataloader:
-            # Keyed by the draw, so a cached dataset's rows and their files always belong together.
-            key = hashlib.sha256(json.dumps(gen_kwargs, sort_keys=True).encode()).hexdigest()[:16]
-            root = Path(cache_dir or datasets.config.HF_DATASETS_CACHE)
-            gen_kwargs["image_dir"] = str(root / "reprokit_synthetic_cartoons" / key)
-        splits[split] = datasets.Dataset.from_generator(
-            synthetic_rows, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir, split=split
-        )
-    return datasets.DatasetDict(splits)
 
 
 def load_data(
@@ -675,7 +530,7 @@ def load_data(
             logger.warning(
                 "dataset %s not loaded (%s): synthetic data instead", data_args.dataset_name, reason
             )
-    return synthetic_dataset(data_args, model_args.cache_dir), "synthetic", reason
+    return offline.synthetic_dataset(data_args, model_args.cache_dir), "synthetic", reason
 
 
 def published_image_transform(
@@ -1006,84 +861,6 @@ def train_and_evaluate(
     return train_metrics, eval_metrics, test_metrics
 
 
-def record_departures(
-    run_dir: RunDir,
-    data_args: DataTrainingArguments,
-    model_source: str,
-    model_fallback: str | None,
-    tokenizer_source: str,
-    data_source: str,
-) -> None:
-    """What this run uses other than the publication's checkpoint, tokenizer and data."""
-    if model_source == "random":
-        run_dir.depart("random weights", QUALITY)
-        if model_fallback != "--random_init":
-            run_dir.depart(
-                "model fallback: the checkpoint could not be loaded (model_fallback_reason)", QUALITY
-            )
-    if tokenizer_source != "hub":
-        # Captions are padded to max_seq_length whatever the vocabulary: the step's shapes are the same.
-        run_dir.depart("offline tokenizer", QUALITY)
-    if data_source == "synthetic":
-        run_dir.depart("synthetic data", THROUGHPUT)
-        if not data_args.synthetic_data and data_args.dataset_name:
-            run_dir.depart(
-                f"data fallback: {data_args.dataset_name} could not be loaded (data_fallback_reason)",
-                THROUGHPUT,
-            )
-
-
-def watch_attention(
-    model: BridgeTowerForContrastiveLearning, dispatch: bool
-) -> dict[str, software.FirstCallWatch]:
-    """Watch the first training forward of the first text layer's attention (transformers' own:
-    matmul, softmax, matmul) and of the first vision block's (torch's nn.MultiheadAttention); without
-    ``dispatch``, only the mixed precision they run under."""
-    towers = model.bridgetower
-    return {
-        "text": software.FirstCallWatch(towers.text_model.encoder.layer[0].attention, dispatch),
-        "vision": software.FirstCallWatch(towers.vision_model.visual.transformer.resblocks[0].attn, dispatch),
-    }
-
-
-def software_in_effect(
-    trainer: Trainer, watches: dict[str, software.FirstCallWatch], switches: dict[str, Any], why_unread: str
-) -> dict[str, str | None]:
-    """summary.json's software block, read back from what ran (common/software.py): the attention
-    kernels and the mixed precision of the first forward, the optimizer the Trainer built, how
-    gradients were reduced, TF32 as torch has it, and the image path in effect."""
-    attention = mixed = f"not read ({why_unread})"
-    if watches:
-        mixed = watches["text"].mixed_precision or mixed
-        if watches["text"].dispatch:
-            attention = ", ".join(f"{tower} {watch.attention}" for tower, watch in watches.items())
-    if switches["distribution_strategy"] == "fast_ddp":
-        ddp = "fast_ddp"  # no DDP wrapper to read: optimum-habana reduces all gradients in one buffer
-    else:
-        ddp = software.ddp(trainer.model_wrapped)
-    return {
-        "attention": attention,
-        "optimizer": software.optimizer(trainer.optimizer) if trainer.optimizer is not None else None,
-        "ddp": ddp,
-        "tf32": software.tf32(trainer.args.device.type),
-        "mixed_precision": mixed,
-        "data_path": switches["image_pipeline"],
-        # The Trainer checks each step's loss for NaN and inf on the host (logging_nan_inf_filter, on by
-        # default in 4.31 as now): the wait every step that the GPU runs had.
-        "host_sync": software.EVERY_STEP if trainer.args.logging_nan_inf_filter else software.LOGGING_STEPS,
-        "zero_grad": getattr(trainer, "zero_grad_left", None),
-    }
-
-
-def mfu_precision(software: dict[str, str | None], training_args: TrainingArguments) -> str:
-    """The precision the matmuls ran in, for the MFU's peak: the mixed precision read from the first
-    forward, or, where it could not be read (HPU lazy mode, torch.compile), the one asked for."""
-    mixed = software["mixed_precision"] or ""
-    if mixed.startswith("not read"):
-        mixed = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
-    return flops.matmul_precision(mixed, software["tf32"] in ("on", "matmul only"))
-
-
 def image_mode_error(error: ImageModeError) -> str:
     """The one line of an image the published transform cannot take, also when a loader worker
     raised it (its message then carries the worker's traceback; the last line is the error's)."""
@@ -1091,29 +868,55 @@ def image_mode_error(error: ImageModeError) -> str:
     return last.split(f"{ImageModeError.__name__}: ", 1)[-1]
 
 
-def distribution_in_effect(bench: BenchmarkArguments, training_args: TrainingArguments) -> str:
-    """How gradients were reduced: one process reduces nothing, whatever was asked."""
-    if training_args.world_size <= 1:
-        return "none (one process)"
-    return getattr(training_args, "distribution_strategy", None) or bench.distribution_strategy
+def build_trainer(
+    run_dir: RunDir,
+    parsed: tuple[ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments, Platform],
+    model: BridgeTowerForContrastiveLearning,
+    splits: dict[str, Any],
+    image_size: int,
+) -> tuple[Trainer, Any]:
+    """Gaudi's Trainer or transformers', counting the rows it trains on for the meter, and the meter's
+    callback (throughput.py): the wait for each step's batches and DDP's all-reduce are timed."""
+    _, data_args, bench, training_args, platform = parsed
+    mediapipe = data_args.mediapipe_dataloader
+    if platform.on_gaudi:
+        with one_line_errors(PROG, SetupError):
+            base, extra = gaudi_setup(platform, mediapipe)
+    else:
+        base, extra = Trainer, {}
+    samples = StepSamples(training_args.world_size)
+    throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples, bench.profile)
+    timed = timed_trainer(base, throughput)
+    trainer = trainer_class(
+        timed, samples, bench.image_pipeline == "gpu_decode", image_size, not platform.on_gaudi
+    )(
+        model=model,
+        args=training_args,
+        train_dataset=splits.get("train"),
+        eval_dataset=splits.get("validation"),
+        data_collator=collate_fn,
+        callbacks=[throughput],
+        **extra,
+    )
+    return trainer, throughput
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     argv = list(sys.argv[1:] if argv is None else argv)
     model_args, data_args, bench, training_args, platform = parse_args(argv)
-    on_gaudi = platform.on_gaudi
+    parsed = (model_args, data_args, bench, training_args, platform)
     mediapipe = data_args.mediapipe_dataloader  # parse_args has checked it can run
     setup_logging(training_args)
     # --tf32 as asked, NGC's cuBLAS override included, read back, before anything asks cuBLAS about it.
-    tf32 = loop.set_tf32(PROG, platform.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, platform.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)
-    run_dir.write_sysinfo(trainer=PROG, gaudi=on_gaudi, precision=tf32)
+    run_dir.write_sysinfo(trainer=PROG, gaudi=platform.on_gaudi, precision=tf32)
     point_at_run_dir(training_args, argv, run_dir)
-    set_seed(training_args.seed, on_gaudi)
+    set_seed(training_args.seed, platform.on_gaudi)
     with one_line_errors(PROG, caches.ReadOnlyCache):
         sources = resolve_sources(model_args, data_args, caches.scratch_root(run_dir.path))
 
@@ -1127,48 +930,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
     # 4. Count the FLOPs of one training sample (rank 0, before the first timed step)
     sample_flops = flops.count_on_main_process(
-        lambda: flops_per_sample(model.config, data_args.max_seq_length, model_args)
+        lambda: record.flops_per_sample(
+            model.config, data_args.max_seq_length, lambda built: prepare_model(built, model_args)
+        )
     )
 
     # 5. Load and preprocess the data: the hub's, else synthetic data of its shapes
     splits, data_source, data_fallback = load_splits(
         model_args, data_args, bench, training_args, tokenizer, image_size, mediapipe, sources
     )
-    record_departures(run_dir, data_args, model_source, model_fallback, tokenizer_source, data_source)
+    built = record.Built(
+        model_source, model_fallback, tokenizer_source, data_source, data_fallback,
+        model_parameters, trained_parameters, image_size,
+    )  # fmt: skip
+    record.departures(run_dir, data_args, built)
 
     # 6. Build the trainer: Gaudi's or transformers', counting the rows it trains on for the meter
-    if on_gaudi:
-        with one_line_errors(PROG, SetupError):
-            base, extra = gaudi_setup(platform, mediapipe)
-    else:
-        base, extra = Trainer, {}
-    trainer_name = "GaudiTrainer" if on_gaudi else "Trainer"
-    world_size = training_args.world_size
-    global_batch = (
-        training_args.per_device_train_batch_size * world_size * training_args.gradient_accumulation_steps
-    )
-    samples = StepSamples(world_size)
-    throughput = throughput_callback(run_dir, bench.throughput_warmup_steps, samples, bench.profile)
-    timed = timed_trainer(base, throughput)  # the wait for each step's batches, DDP's all-reduce
-    trainer = trainer_class(timed, samples, bench.image_pipeline == "gpu_decode", image_size, not on_gaudi)(
-        model=model,
-        args=training_args,
-        train_dataset=splits.get("train"),
-        eval_dataset=splits.get("validation"),
-        data_collator=collate_fn,
-        callbacks=[throughput],
-        **extra,
-    )
-    # What was in effect, beside what was asked (the host compares the two).
-    switches = {
-        "mediapipe": mediapipe,
-        "loader": "mediapipe" if mediapipe else "torch",
-        "image_pipeline": "mediapipe" if mediapipe else bench.image_pipeline,
-        # The example's HPU loader starts no torch workers: the flag only sizes a CPU fallback it never takes.
-        "dataloader_num_workers": 0 if mediapipe else training_args.dataloader_num_workers,
-        "distribution_strategy": distribution_in_effect(bench, training_args),
-        "torch_compile": bool(training_args.torch_compile),
-    }
+    trainer, throughput = build_trainer(run_dir, parsed, model, splits, image_size)
+    switches = record.switches(bench, training_args, mediapipe)
     logger.info(
         "%s (%s, %.1fM parameters, %.1fM trained), data %s, tokenizer %s, batch %d x %d x %d = %d, %s",
         model_args.model_name_or_path,
@@ -1178,80 +957,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         data_source,
         tokenizer_source,
         training_args.per_device_train_batch_size,
-        world_size,
+        training_args.world_size,
         training_args.gradient_accumulation_steps,
-        global_batch,
-        trainer_name,
+        record.global_batch(training_args),
+        "GaudiTrainer" if platform.on_gaudi else "Trainer",
     )
     logger.info("in effect: %s", ", ".join(f"{k} {v}" for k, v in switches.items()))
-    # Dispatch is watched in eager PyTorch only: HPU lazy mode and compiled graphs run elsewhere.
-    why_unread = "torch.compile" if training_args.torch_compile else "HPU lazy mode" if on_gaudi else ""
-    watches = {} if training_args.torch_compile else watch_attention(model, dispatch=not on_gaudi)
+    watched = record.watch_attention(model, training_args, platform.on_gaudi)
 
     # 7. Train, evaluate and predict, as asked (mediapipe's loader may refuse here, in one line)
     try:
         with one_line_errors(PROG, SetupError):
-            train_metrics, eval_metrics, test_metrics = train_and_evaluate(
-                trainer, splits, training_args, bench, tokenizer
-            )
+            metrics = train_and_evaluate(trainer, splits, training_args, bench, tokenizer)
     except ImageModeError as error:
         raise config_error(PROG, image_mode_error(error)) from None
-    software = software_in_effect(trainer, watches, switches, why_unread)
 
     # 8. Write the summary, last
-    figures = definitions(
-        throughput.meter,
-        trainer_name,
-        train_metrics,
-        num_examples=len(splits["train"]) if "train" in splits else 0,
-        num_train_epochs=training_args.num_train_epochs,
-        max_steps=training_args.max_steps,
-        global_batch=global_batch,
-    )
-    return run_dir.write_summary(
-        throughput.meter,
-        status="ok",
-        throughput=figures,
-        # The Trainer's own figure as it reported it: the whole run on transformers, after its warm-up
-        # steps on Gaudi (throughput.whole_run / .gaudi_trainer say which, and how it was counted).
-        train_samples_per_second=train_metrics.get("train_samples_per_second"),
-        trainer_metrics=train_metrics,
-        eval_metrics=eval_metrics,
-        test_metrics=test_metrics,
-        final_loss=throughput.last_logs.get("loss"),
-        model=model_args.model_name_or_path,
-        model_revision=model_args.model_revision if model_source == "hub" else None,
-        model_source=model_source,
-        model_fallback_reason=model_fallback,
-        model_parameters=model_parameters,
-        trained_parameters=trained_parameters,
-        tokenizer_source=tokenizer_source,
-        data_source=data_source,
-        data_fallback_reason=data_fallback,
-        dataset=data_args.dataset_name,
-        dataset_revision=data_args.dataset_revision if data_source == "hub" else None,
-        cache_dir=sources.given_cache,
-        cache_read_through=model_args.cache_dir if model_args.cache_dir != sources.given_cache else None,
-        trainer=trainer_name,
-        gaudi_config=platform.gaudi_config.summary() if platform.gaudi_config else None,
-        per_device_train_batch_size=training_args.per_device_train_batch_size,
-        gradient_accumulation_steps=training_args.gradient_accumulation_steps,
-        global_batch_size=global_batch,
-        bf16=training_args.bf16,
-        max_seq_length=data_args.max_seq_length,
-        image_size=image_size,
-        optim=str(
-            training_args.optim.value if hasattr(training_args.optim, "value") else training_args.optim
-        ),
-        software=software,
-        **switches,
-        **flops.summary_fields(
-            sample_flops,
-            throughput.meter.samples_per_second,
-            world_size,
-            bench.device_peak_tflops,
-            mfu_precision(software, training_args),
-        ),
+    num_examples = len(splits["train"]) if "train" in splits else 0
+    return record.write_summary(
+        run_dir,
+        trainer,
+        throughput,
+        metrics,
+        parsed,
+        built,
+        sources,
+        switches,
+        watched,
+        sample_flops,
+        num_examples,
     )
 
 

@@ -13,7 +13,7 @@
   warm-up to the end of training. GaudiTrainer's own figure when it ran; otherwise the kit applies
   the formula to its meter's after-warm-up time.
 
-The meter's breakdown (common/breakdown.py) times the Trainer's own fetch of each step's batches
+The meter's breakdown (common/measure/breakdown.py) times the Trainer's own fetch of each step's batches
 (``timed_trainer``): ``get_batch_samples`` in transformers' Trainer, ``get_batch_samples_transformers``
 in GaudiTrainer, the calls that take the step's micro-batches from the epoch's iterator. That covers
 the loader (its workers, or the main process with none), collation and accelerate's copy of the batch
@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprokit_trainers.common.rundir import RunDir, ThroughputMeter
-from reprokit_trainers.common.steps import instruments
+from reprokit_trainers.common.measure.meter import ThroughputMeter
+from reprokit_trainers.common.measure.steps import instruments
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 class StepSamples:

@@ -13,9 +13,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from reprokit_trainers.bridgetower import offline
 from reprokit_trainers.bridgetower import run_bridgetower as trainer
 from reprokit_trainers.bridgetower.throughput import StepSamples
-from reprokit_trainers.common import loop, software
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.record import software
 
 from .fakedevice import FakeDevice, estimate
 from .plan import Prepared, economy_note
@@ -42,7 +44,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     trainer.logger.setLevel(
         logging.ERROR
     )  # its offline fallbacks, said once per cell, are the rehearsal's plan
-    loop.set_tf32(trainer.PROG, platform.tf32)
+    lifecycle.set_tf32(trainer.PROG, platform.tf32)
     ran = [f"arguments: {trainer.PROG}'s parser (TrainingArguments included)"]
     notes = []
     # The rows a rehearsal needs: one batch; the Trainer's loader with at most `workers_cap` workers.
@@ -62,7 +64,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     notes.append(economy_note(economy))
     os.environ["HF_DATASETS_CACHE"] = str(scratch / "datasets")
     tokenizer, _ = trainer.load_tokenizer(model_args, trainer.Sources(cache_only=True))
-    config = trainer.build_config(model_args.model_config_json or "{}")
+    config = offline.build_config(model_args.model_config_json or "{}")
     image_size = config.vision_config.image_size
     splits, source, _ = trainer.load_splits(
         model_args,

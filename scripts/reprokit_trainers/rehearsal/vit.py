@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from reprokit_trainers.common import imagenet, loop, software
+from reprokit_trainers.common.data import imagenet
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.record import software
 from reprokit_trainers.vit import run_vit as trainer
 
 from .fakedevice import FakeDevice, estimate, trainable_bytes
@@ -33,7 +35,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     """Steps 1-3 of main() that touch no device: parse, precision, choices, the loader's first batch,
     made ready for the model as train() does (normalized on the device for the uint8 path)."""
     model_args, data_args, train_args, device_args = trainer.parse_args(argv)
-    loop.set_tf32(trainer.PROG, device_args.tf32)
+    lifecycle.set_tf32(trainer.PROG, device_args.tf32)
     trainer.check_choice("sharding", train_args.sharding, trainer.SHARDINGS)
     prec = trainer.precision(train_args.amp)
     size = trainer.model_size(model_args)

@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
-from reprokit_trainers.common import imagenet, loop, software
+from reprokit_trainers.common.data import imagenet
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.record import software
 from reprokit_trainers.volo import run_volo as trainer
 from reprokit_trainers.volo import tokenlabel
 
@@ -56,7 +58,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     """Steps 1 and 3 of main(): parse, check, build the data; one batch prepared as train_loop does
     before the forward (decode on the device for gpu_decode, normalize and erase, token targets)."""
     model_args, data_args, train_args, device_args = trainer.parse_args(argv)
-    loop.set_tf32(trainer.PROG, device_args.tf32)
+    lifecycle.set_tf32(trainer.PROG, device_args.tf32)
     ran = [f"arguments: {trainer.PROG}'s parser"]
     img_size, label_size, skipped = _checks(model_args, data_args, train_args)
     ran.append(

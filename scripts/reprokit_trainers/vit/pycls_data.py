@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from reprokit_trainers.common import imagenet
+from reprokit_trainers.common.data import imagenet
 
 PYCLS_PATH = "pycls"  # summary.json's software.data_path of each path
 UINT8_PATH = "uint8-loader"

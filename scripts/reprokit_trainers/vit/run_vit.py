@@ -23,7 +23,7 @@ weight decay 0.24 except on biases and LayerNorms, label smoothing 0.1, AutoAugm
 crop with a flip, PCA lighting noise. Not modeled (device-side, small next to a ViT step):
 MixUp/CutMix, the EMA copy of the weights.
 
-summary.json's ``software`` says what ran, read back (common/software.py): the attention kernels
+summary.json's ``software`` says what ran, read back (common/record/software.py): the attention kernels
 dispatched, the optimizer's implementation, the gradient reduction, TF32, the mixed precision and the
 data path; the host holds a published rung to its publication's.
 
@@ -57,13 +57,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from reprokit_trainers.common import flops, imagenet, loop, software
-from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
-from reprokit_trainers.common.distributed import accelerator_device, init_process_group, log
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.steps import StepLogger
+from reprokit_trainers.common.data import imagenet
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.steps import StepLogger
+from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.distributed import accelerator_device, init_process_group, log
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import RunDir
 
-from . import pycls_data
+from . import pycls_data, record
 from .model import ViT, vit_config
 
 PROG = "run_vit.py"  # the name errors and sysinfo.json give
@@ -507,12 +510,14 @@ def train(
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments
     # FSDP's notices for the configuration chosen on purpose here (1 rank: NO_SHARD; fp32 LayerNorm units).
-    loop.quiet_notices(".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*")
+    lifecycle.quiet_notices(
+        ".*switching to use `NO_SHARD`.*", ".*Both mixed precision and an auto_wrap_policy.*"
+    )
     model_args, data_args, train_args, device_args = parse_args(argv)
     # Before anything asks cuBLAS whether it may use TF32 (the published rungs: on, as torch <= 1.11
     # had it by default in 2022; the recipe's assumptions give the sources).
-    tf32 = loop.set_tf32(PROG, device_args.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, device_args.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Join the process group, build and wrap the model, build the optimizer (problems: one line)
     device = accelerator_device()
@@ -546,13 +551,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer=PROG, precision=tf32)
-    if data_info["data"] == "synthetic":
-        run_dir.depart("synthetic data", THROUGHPUT)
-    eps = optimizer.defaults.get("eps")
-    if eps is not None and eps != train_args.adam_epsilon:
-        run_dir.depart(
-            f"AdamW eps {eps:g} instead of {train_args.adam_epsilon:g} (fp16 arithmetic, not fused)", QUALITY
-        )
+    record.departures(run_dir, data_info, optimizer, train_args)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     rung = (
@@ -585,48 +584,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             model, optimizer, scaler, loader, train_args, prec, device, logger, seen, model_args.num_classes
         )
     logger.close()
-    # What ran, read back from the dispatcher, the objects and the first step (recipes compare it).
-    ran = {
-        "attention": attention,
-        "optimizer": software.optimizer(optimizer),
-        "ddp": software.ddp(model),
-        "tf32": software.tf32(device.type),
-        "host_sync": software.EVERY_STEP if train_args.host_sync == "every_step" else software.LOGGING_STEPS,
-        **seen,
-    }
+    ran = record.software_in_effect(attention, optimizer, model, device, train_args, seen)
 
     # 7. Write the summary, last
-    return loop.finish(
+    return record.write_summary(
         logger,
         (model_args, data_args, train_args, device_args),
         sample_flops,
-        flops.matmul_precision(seen.get("mixed_precision") or prec.mode, tf32["tf32_matmul"]),
-        model=model_args.model_name_or_path,
-        model_size=size,
-        parameters=parameters,
-        img_size=model_args.img_size,
-        classifier=model_args.classifier,
-        layout=model_args.layout,
-        attention=model_args.attention,
-        input_pipeline=data_args.input_pipeline,
-        software=ran,
-        amp=prec.mode,
-        optimizer=train_args.optimizer,
-        optimizer_impl=train_args.optimizer_impl,
-        optimizer_eps=optimizer.defaults.get("eps"),
-        sharding=train_args.sharding,
-        compile=train_args.compile,
-        # The switches the host compares with what the cell asked (reprokit/results/verdicts.py).
-        torch_compile=train_args.compile,
-        loader="torch",
-        tf32=tf32["tf32_matmul"],
-        precision=tf32,
-        process_group_backend=dist.get_backend(),
-        per_device_train_batch_size=per_device,
-        global_batch_size=global_batch,
-        dataloader_num_workers=data_args.dataloader_num_workers,
-        steps_per_epoch=len(loader),
-        **data_info,
+        prec,
+        tf32,
+        ran,
+        size,
+        parameters,
+        global_batch,
+        optimizer,
+        loader,
+        data_info,
     )
 
 

@@ -19,7 +19,7 @@ is built around the crop rather than around a DALI file reader:
 RandAugment is timm's ``rand-m*-n*-mstd*-inc1`` rebuilt from DALI's augmentation operators with
 timm's op set, levels (magnitude noise drawn per op, on a grid of 0.01) and per-op probability. The
 policy string and timm's magnitude-to-argument formulas are read as the GPU decode loader reads them
-(``common/randaugment.py``). What DALI cannot reproduce is recorded as a departure
+(``common/data/randaugment.py``). What DALI cannot reproduce is recorded as a departure
 (``RandAugmentSpec.departure``).
 
 Importing this module needs DALI: run_volo.py imports it for ``--loader dali`` only, and says in one
@@ -47,7 +47,7 @@ from nvidia.dali.auto_aug import augmentations as dali_ops
 from nvidia.dali.auto_aug.core import select
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from reprokit_trainers.common import imagenet, randaugment
+from reprokit_trainers.common.data import imagenet, randaugment
 
 VERSION = nvidia.dali.__version__
 OUTPUTS = ("pixel_values", "crop_box", "flipped", "labels", "label_map")

@@ -24,7 +24,7 @@ schedule (warmup and cooldown in epochs), the model's training forward returns (
 logits, MixToken box) that the loss consumes together, and batches are finished on the device
 (normalize, random erasing, RoIAlign of the label maps) between the loader and the model. Each of
 these would be an override of Trainer internals; the loop below is shorter than those overrides.
-Logging goes through the trainers' common step logger (``common/steps.py``).
+Logging goes through the trainers' common step logger (``common/measure/steps.py``).
 """
 
 from __future__ import annotations
@@ -41,19 +41,22 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from reprokit_trainers.common import flops, imagenet, loop, prefetch, randaugment, software, streams
-from reprokit_trainers.common.args import DeviceArguments, one_line_errors, parse_command_line
-from reprokit_trainers.common.distributed import (
+from reprokit_trainers.common.data import imagenet, prefetch, randaugment
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.steps import StepLogger
+from reprokit_trainers.common.process import lifecycle, streams
+from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     init_process_group,
     is_main_process,
     log,
     reduce_mean,
 )
-from reprokit_trainers.common.rundir import QUALITY, THROUGHPUT, RunDir
-from reprokit_trainers.common.steps import StepLogger
+from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record.rundir import RunDir
 
-from . import tokenlabel
+from . import record, tokenlabel
 
 # VOLO D1-D5 as timm registers them (timm/models/volo.py; the same at every resolution). Kept here
 # because timm's entry points fix these values, so tiny overrides for smoke runs could not reach them.
@@ -334,16 +337,6 @@ def pretraining(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def pretraining_departure(info: dict[str, Any] | None) -> str | None:
-    """The departure of finetuning from the kit's own short pretraining run, where the publication
-    finetuned its fully pretrained weights; None for full pretraining (or weights from elsewhere)."""
-    if not info or (info["schedule_completed"] and info["data"] != "synthetic"):
-        return None
-    how = "" if info["schedule_completed"] else f" for {info['steps']} steps"
-    data = " on synthetic data" if info["data"] == "synthetic" else ""
-    return f"finetuned from weights pretrained{how}{data}, not the published pretrained weights"
-
-
 def load_finetune(model: torch.nn.Module, path: str) -> dict[str, Any]:
     """Load pretrained weights, resizing the [1, H, W, C] position embedding to the model's grid."""
     from timm.layers import resample_abs_pos_embed_nhwc
@@ -531,16 +524,6 @@ def data_parallel(forward: torch.nn.Module, schedule: str, device: torch.device)
     )
 
 
-def data_path(run: Setup) -> str:
-    """The loader that ran, from what was built: Pillow in DataLoader workers (main.py's), nvJPEG on
-    the device, or a DALI pipeline."""
-    if run.gpu_decode is not None:
-        return "gpu-decode"
-    if "dali_device" in run.data_info:
-        return "dali"
-    return "pil-workers"
-
-
 def amp_settings(train_args: TrainArguments) -> tuple[str, torch.dtype | None]:
     mode = train_args.amp or ("fp16" if train_args.apex_amp else "no")
     if mode not in ("bf16", "fp16", "no"):
@@ -640,8 +623,6 @@ def train_loop(
     (main.py at cf35775: the prefetcher's batch, the token targets, forward and loss, the loss read
     when training alone, zero_grad, backward and step, a device synchronize, at logging steps the
     loss all-reduced and read), with the waits and zeroing ``--host_sync`` and ``--zero_grad`` ask."""
-    from .attention import attention_ran
-
     model = run.model.to(device)
     forward = data_parallel(
         tokenlabel.MixTokenForward(model, train_args.mix_token, seed=train_args.seed + rank),
@@ -736,18 +717,7 @@ def train_loop(
                 break
         epoch += 1
         scheduler.step(epoch)
-    ran = {
-        "attention": attention_ran(model),
-        "optimizer": software.optimizer(optimizer),
-        "ddp": software.ddp(forward),
-        "tf32": software.tf32(device.type),
-        "mixed_precision": software.mixed_precision(run.amp_dtype),
-        "data_path": data_path(run),
-        "host_sync": software.EVERY_STEP if every_step else software.LOGGING_STEPS,
-        "zero_grad": zeroed,
-        # DALI pipelines its batches itself; the GPU decoder runs on a stream of its own.
-        "input_stream": prefetcher.ran if prefetcher is not None else data_path(run),
-    }
+    ran = record.software_in_effect(run, model, forward, optimizer, device, every_step, zeroed, prefetcher)
     return Trained(step, total_epochs, ran, software.ddp_buckets(forward))
 
 
@@ -789,37 +759,12 @@ def sum_over_ranks(count: int, device: torch.device) -> int:
     return int(total.item())
 
 
-def record_departures(run_dir: RunDir, run: Setup, data_args: DataArguments) -> None:
-    """What this run does other than the publication: the host's verdict is then not comparable."""
-    if run.data_info["data"] == "synthetic":
-        run_dir.depart("synthetic data", THROUGHPUT)
-    if not data_args.token_label_data:
-        # Made in memory instead of read and decoded from the label files: less work per sample.
-        run_dir.depart("synthetic token labels (no NFNet-F6 label maps given)", THROUGHPUT)
-    finetuned_from = pretraining_departure(run.finetuned.get("pretraining"))
-    if finetuned_from:
-        # The weights a finetune starts from change what it learns, not how fast a step runs.
-        run_dir.depart(finetuned_from, QUALITY)
-    for reason in getattr(run.loader, "departures", ()):  # what the DALI loader does unlike timm
-        run_dir.depart(reason, THROUGHPUT)
-    # The toolbox's choices change the targets the model learns from, not the cost of a step.
-    if data_args.token_label_box != "toolbox":
-        run_dir.depart(
-            "token-label crop box corrected, where the published runs used the toolbox's (x and y swapped)",
-            QUALITY,
-        )
-    if data_args.token_label_smoothing != "toolbox":
-        run_dir.depart(
-            "token targets smoothed as a convex mix, where the toolbox smooths p(1-s+s/C)+s/C", QUALITY
-        )
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 1. Parse arguments; set TF32 before anything asks cuBLAS whether it may use it
-    loop.quiet_notices()
+    lifecycle.quiet_notices()
     model_args, data_args, train_args, device_args = parse_args(argv)
-    tf32 = loop.set_tf32(PROG, device_args.tf32)
-    loop.require_accelerator(PROG)
+    tf32 = lifecycle.set_tf32(PROG, device_args.tf32)
+    lifecycle.require_accelerator(PROG)
 
     # 2. Join the process group: torchrun's, or alone a 1-rank group, so that DDP wraps the model and
     # runs its all-reduce schedule as on 8 devices
@@ -833,7 +778,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # 4. Open the run directory
     run_dir = RunDir(train_args.output_dir, unit="img/s")
     run_dir.write_sysinfo(trainer=PROG, precision=tf32)
-    record_departures(run_dir, run, data_args)
+    record.departures(run_dir, run, data_args)
     per_device = train_args.per_device_train_batch_size
     global_batch = per_device * world
     # --lr is the published value and is used as is (main.py never rescales it); --lr_base applies
@@ -884,35 +829,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     )
 
     # 8. Write the summary, last
-    return loop.finish(
+    return record.write_summary(
         logger,
         (model_args, data_args, train_args, device_args),
+        run,
+        trained,
         sample_flops,
-        flops.matmul_precision(run.amp_mode, tf32["tf32_matmul"]),
-        model=model_args.model_name_or_path,
-        img_size=run.img_size,
-        token_label_size=run.label_size,
-        parameters=parameters,
-        per_device_train_batch_size=per_device,
-        global_batch_size=global_batch,
-        learning_rate=lr,
-        lr_base=lr * 1024 / global_batch,
-        amp=run.amp_mode,
-        precision=tf32,
-        auto_augment=data_args.policy(),
-        train_interpolation=data_args.train_interpolation,
-        dataloader_num_workers=data_args.dataloader_num_workers,
-        steps_per_epoch=len(run.loader),
-        epochs_scheduled=trained.epochs,
-        checkpoint=str(checkpoint) if checkpoint else None,
-        # The kernels that ran (the host holds a published cell to its publication's), read back.
-        **software.summary_fields(**trained.software),
-        ddp_buckets=trained.ddp_buckets,
-        token_label_box=data_args.token_label_box,
-        token_label_smoothing=data_args.token_label_smoothing,
-        **switches,
-        **run.data_info,
-        **run.finetuned,
+        lr,
+        global_batch,
+        tf32,
+        checkpoint,
+        switches,
     )
 
 

@@ -18,10 +18,18 @@ from typing import Any
 
 import torch
 
-from . import profiling
-from .distributed import accelerator_device, global_rank, is_main_process, log, reduce_mean, world_size
-from .energy import EnergyMeter, local_ranks
-from .rundir import RunDir, ThroughputMeter
+from reprokit_trainers.common.measure import profiling
+from reprokit_trainers.common.measure.energy import EnergyMeter, local_ranks
+from reprokit_trainers.common.measure.meter import ThroughputMeter
+from reprokit_trainers.common.process.distributed import (
+    accelerator_device,
+    global_rank,
+    is_main_process,
+    log,
+    reduce_mean,
+    world_size,
+)
+from reprokit_trainers.common.record.rundir import RunDir
 
 
 class StepLogger:

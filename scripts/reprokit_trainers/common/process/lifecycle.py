@@ -1,4 +1,4 @@
-"""What the explicit training loops (VOLO, ViT) do alike before and after their loop.
+"""What every trainer does first (the explicit loops, VOLO and ViT, also last).
 
 Before: the notices of imports and settings chosen on purpose are silenced, and TF32 is set as
 ``--tf32`` asks before anything asks cuBLAS whether it may use it (precision.py). After: summary.json
@@ -15,10 +15,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from . import flops, precision
-from .args import MfuArguments, arguments_dict, config_error
-from .distributed import destroy_process_group
-from .steps import StepLogger
+from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.steps import StepLogger
+from reprokit_trainers.common.process import precision
+from reprokit_trainers.common.process.args import MfuArguments, arguments_dict, config_error
+from reprokit_trainers.common.process.distributed import destroy_process_group
 
 
 def quiet_notices(*messages: str) -> None:

@@ -34,9 +34,9 @@ import torch
 import torch.distributed as dist
 from PIL import Image
 
-from . import gpudecode, randaugment
-from .args import config_error
-from .synthetic import jpeg_bytes, sample_sizes
+from reprokit_trainers.common.data import gpudecode, randaugment
+from reprokit_trainers.common.data.synthetic import jpeg_bytes, sample_sizes
+from reprokit_trainers.common.process.args import config_error
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -16,7 +16,8 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
-from . import profiling, schema
+from reprokit_trainers.common.measure import profiling
+from reprokit_trainers.common.process import argschema
 
 
 @dataclass
@@ -137,7 +138,7 @@ def parse_command_line(
         values: dict[str, Any] = {}
         for instance in parsed:
             values.update(asdict(instance))
-        problems = schema.check(schema.load(trainer_dir), values, only_known=True)
+        problems = argschema.check(argschema.load(trainer_dir), values, only_known=True)
         if problems:
             raise config_error(prog, f"--{problems[0]}")
     return parsed

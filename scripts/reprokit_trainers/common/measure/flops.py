@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .distributed import is_main_process, log
+from reprokit_trainers.common.process.distributed import is_main_process, log
 
 # Dense (no sparsity) peaks from the vendors' datasheets, in TFLOP/s, by a substring of
 # torch.cuda.get_device_name() (the first match wins) and by the precision the matmuls ran in: bf16 or

@@ -1,4 +1,4 @@
-"""The container side of the run-directory contract (reprokit_trainers/contract.json, common/contract.py).
+"""The container side of the run-directory contract (reprokit_trainers/contract.json, common/record/contract.py).
 
 Every trainer in this package writes its results through this module so that the host side
 (`reprokit`) can read any run the same way:
@@ -8,7 +8,10 @@ Every trainer in this package writes its results through this module so that the
   ``energy/*``, and the run's hyperparameters and software for TensorBoard's HParams dashboard);
 - ``mlperf.log``: MLPerf's ``:::MLLOG`` lines (mllog.py);
 - ``sysinfo.json``: device, driver, framework versions, image id;
-- ``summary.json``: written last and atomically; its presence means the run completed.
+- ``summary.json``: written last and atomically; its presence means the run completed. Its fields
+  are checked against summary.schema.json first (summaryschema.py), the schema the host reads it
+  with: a field the schema does not declare, or of another type, ends the run in one line naming it,
+  and what the run measured is kept in ``summary.rejected.json``.
 
 Only the process of global rank 0 writes. Throughput is global (all ranks). summary.json holds
 each definition the trainer can measure under ``throughput`` (the contract's ``definitions``:
@@ -30,8 +33,6 @@ import os
 import platform
 import socket
 import sys
-import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -39,15 +40,37 @@ from typing import Any
 
 import torch
 
-from . import devicememory, hardware, streams, tbextra
-from .breakdown import Breakdown
-from .contract import FILES, QUALITY, SCHEMA_VERSION, THROUGHPUT, THROUGHPUT_FIELDS
-from .distributed import is_main_process, world_size
-from .energy import EnergyMeter
-from .machineload import LoadWatch
-from .mllog import END, START, MlLog, wall_ms
-from .profiling import StepProfiler
-from .stalls import StallWatch
+from reprokit_trainers.common.measure import devicememory
+from reprokit_trainers.common.measure.machineload import LoadWatch
+from reprokit_trainers.common.measure.meter import ThroughputMeter, peak_memory
+from reprokit_trainers.common.process.distributed import is_main_process, world_size
+from reprokit_trainers.common.record import hardware, summaryschema, tbextra
+from reprokit_trainers.common.record.contract import (
+    FILES,
+    QUALITY,
+    SCHEMA_VERSION,
+    THROUGHPUT,
+    THROUGHPUT_FIELDS,
+)
+from reprokit_trainers.common.record.mllog import END, START, MlLog, wall_ms
+
+# summary.json's fields, typed (reprokit_trainers/summary.schema.json): what write_summary checks.
+SUMMARY_SCHEMA: dict[str, Any] = summaryschema.load()
+
+
+class SummaryRejected(SystemExit):
+    """A summary the schema refuses: the kit's own mistake (a field not declared, or of another type),
+    never the user's. The run ends in this one line, naming the file and the field."""
+
+
+def check_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as summary.json will hold it (write_json_atomic's JSON), checked against the schema
+    the host reads it with; SummaryRejected naming the first field it refuses."""
+    written = json.loads(json.dumps(summary, default=str))
+    wrong = summaryschema.problem(written, SUMMARY_SCHEMA)
+    if wrong:
+        raise SummaryRejected(f"{FILES['summary']}: {wrong}")
+    return written
 
 
 def now_iso() -> str:
@@ -112,165 +135,6 @@ def device_info() -> dict[str, Any]:
         info["device_count"] = 1
         info["cpu_count"] = os.cpu_count()
     return info
-
-
-def peak_memory() -> tuple[int | None, str]:
-    """The run's peak memory and what it is the peak of: the device's allocator on a GPU or an HPU,
-    the process's resident set on a CPU (the best a CPU run can say)."""
-    hpu = getattr(torch, "hpu", None)
-    if hpu is not None and hpu.is_available():
-        return int(hpu.max_memory_allocated()), "hpu allocator"
-    if torch.cuda.is_available():
-        return int(torch.cuda.max_memory_allocated()), "cuda allocator"
-    try:
-        import resource
-
-        # ru_maxrss is KiB on Linux.
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "host resident set"
-    except (ImportError, OSError):
-        return None, "unknown"
-
-
-@dataclass
-class ThroughputMeter:
-    """Counts global samples per step and reads the clock only at measurement boundaries.
-
-    ``step_end`` is called once per optimizer step with the number of samples that step consumed on
-    all ranks. The meter synchronizes the device, and reads the clock, only at a boundary: the end of
-    the last warm-up step (where the steady-state clock starts), and the steps the caller marks
-    (logging steps and the last step). Whether the host waits for the device in between is the
-    loop's own choice: the published loops wait where their publications did (main.py and pycls
-    every step, the Trainer's loss check every step; tests/test_conformance_loop.py), the loops beyond
-    them only at these boundaries. The figures are exact at the last boundary: samples counted up to
-    it, over the time up to it.
-
-    The breakdown of each step's time is always kept (its readings wait for nothing until a boundary);
-    an energy meter and a profiler are attached on request (``attach``) and follow the same steps and
-    boundaries, so every figure covers the same window.
-    """
-
-    warmup_steps: int
-    total_steps: int | None = None
-    start: float = field(default_factory=lambda: time.perf_counter())
-    steps: int = 0
-    samples: int = 0
-    measured_samples: int = 0
-    measured_start: float | None = None
-    first_step_samples: int | None = None  # the global batch, as the first step held it (mlperf.log)
-    # The last boundary: its time, and the counts at that moment.
-    last_time: float | None = None
-    marked_steps: int = 0
-    marked_samples: int = 0
-    marked_measured_samples: int = 0
-    _interval_samples: int = 0
-    _interval_start: float | None = None
-    breakdown: Breakdown = field(default_factory=Breakdown)
-    # Steps of the measured window many times the median one (a stopped process, a stalled read).
-    stalls: StallWatch = field(default_factory=StallWatch)
-    energy: EnergyMeter | None = None
-    profiler: StepProfiler | None = None
-
-    def attach(self, energy: EnergyMeter | None = None, profiler: StepProfiler | None = None) -> None:
-        """Start an energy meter and a profiler on this meter's steps (before the first step)."""
-        if energy is not None:
-            self.energy = energy.start(window_starts=self.warmup_steps <= 0)
-        if profiler is not None:
-            self.profiler = profiler
-            profiler.start()
-
-    def step_end(self, global_samples: int, boundary: bool = False) -> None:
-        """One optimizer step ended; ``boundary``: a step whose time is read (logging, last)."""
-        self.steps += 1
-        self.samples += global_samples
-        if self.steps == 1:
-            self.first_step_samples = global_samples
-        if self.steps > self.warmup_steps:
-            self.measured_samples += global_samples
-        self.stalls.step(self.steps, time.perf_counter(), measured=self.steps > self.warmup_steps)
-        self.breakdown.step_end(measured=self.steps > self.warmup_steps)
-        if self.profiler is not None:
-            self.profiler.step()
-        if self.steps == self.warmup_steps or boundary:
-            self._mark()
-
-    def _mark(self) -> None:
-        streams.synchronize()
-        now = time.perf_counter()
-        self.breakdown.resolve()
-        if self.energy is not None:
-            self.energy.mark(now, window_start=self.steps == self.warmup_steps)
-        devicememory.sample()  # NVML's view of the process's memory, after the clock: not timed
-        if self.steps == self.warmup_steps:
-            # The steady-state clock starts at the end of the last warm-up step.
-            self.measured_start = now
-            self.stalls.restart(now)
-        self.last_time = now
-        self.marked_steps = self.steps
-        self.marked_samples = self.samples
-        self.marked_measured_samples = self.measured_samples
-
-    def interval(self) -> tuple[int, float]:
-        """Samples and seconds since the previous call (for one throughput.csv row)."""
-        now = self.last_time or time.perf_counter()
-        start = self._interval_start or self.start
-        samples = self.marked_samples - self._interval_samples
-        self._interval_samples, self._interval_start = self.marked_samples, now
-        return samples, max(now - start, 1e-9)
-
-    @property
-    def elapsed(self) -> float:
-        return (self.last_time or time.perf_counter()) - self.start
-
-    @property
-    def samples_per_second(self) -> float | None:
-        """Global samples/s after warm-up; None when the run never got past the warm-up."""
-        figure = self.after_warmup()
-        return figure["value"] if figure else None
-
-    def after_warmup(self) -> dict[str, Any] | None:
-        """The kit's steady-state figure (definition ``after_warmup``)."""
-        start = self.start if self.warmup_steps <= 0 else self.measured_start
-        if start is None or self.last_time is None or self.marked_measured_samples == 0:
-            return None
-        seconds = max(self.last_time - start, 1e-9)
-        return figure(
-            self.marked_measured_samples, seconds, f"steps {self.warmup_steps + 1}-{self.marked_steps}"
-        )
-
-    def whole_run(self) -> dict[str, Any] | None:
-        """Every step's samples over the time since the meter started (definition ``whole_run``)."""
-        if self.last_time is None or self.marked_samples == 0:
-            return None
-        return figure(
-            self.marked_samples, max(self.last_time - self.start, 1e-9), f"steps 1-{self.marked_steps}"
-        )
-
-    def finish(self) -> None:
-        """Stop the energy meter's thread and the profiler (idempotent): the window is over."""
-        if self.energy is not None:
-            self.energy.stop()
-        if self.profiler is not None:
-            self.profiler.stop()
-
-    def explained(self, run_dir: Path) -> dict[str, Any]:
-        """What summary.json says of where the measured window's time and energy went, and its trace."""
-        steady = self.after_warmup()
-        seconds = steady["seconds"] if steady else None
-        first = self.warmup_steps + 1
-        fields: dict[str, Any] = {
-            "breakdown": self.breakdown.summary(seconds, f"steps {first}-{self.marked_steps}, rank 0"),
-            "step_time_s": self.breakdown.step_time_summary(),
-        }
-        if self.energy is not None:
-            fields.update(self.energy.summary(self.marked_measured_samples))
-        if self.profiler is not None:
-            fields["profile"] = self.profiler.summary(run_dir)
-        return fields
-
-
-def figure(samples: float, seconds: float, counted: str) -> dict[str, Any]:
-    """One definition's figure as summary.json holds it: the rate and what it was made of."""
-    return {"value": samples / seconds, "samples": samples, "seconds": round(seconds, 6), "counted": counted}
 
 
 class RunDir:
@@ -510,6 +374,15 @@ class RunDir:
             **meter.explained(self.path),
         }
         summary.update(extra)
+        try:
+            check_summary(summary)
+        except SummaryRejected as rejected:
+            # Nothing measured is lost: what the run measured is kept beside, under another name, and the
+            # host records the run as failed with this line (a summary.json is a complete run).
+            write_json_atomic(self.path / FILES["summary_rejected"], summary)
+            raise SummaryRejected(
+                f"{rejected}; not written: what the run measured is in {FILES['summary_rejected']}"
+            ) from None
         tb = self._tensorboard()
         if tb is not None:
             # The run's hyperparameters (the cell's arguments, the software that ran) beside its figures,

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-CONTRACT: dict[str, Any] = json.loads((Path(__file__).resolve().parent.parent / "contract.json").read_text())
+CONTRACT: dict[str, Any] = json.loads((Path(__file__).resolve().parents[2] / "contract.json").read_text())
 SCHEMA_VERSION: int = CONTRACT["schema_version"]
 FILES: dict[str, str] = CONTRACT["files"]
 THROUGHPUT_FIELDS: list[str] = CONTRACT["throughput_fields"]

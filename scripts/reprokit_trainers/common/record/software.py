@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .contract import SOFTWARE_KEYS
+from reprokit_trainers.common.record.contract import SOFTWARE_KEYS
 
 # The fused attention kernels behind F.scaled_dot_product_attention, by the ATen op that runs them.
 FUSED_ATTENTION = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import streams
+from reprokit_trainers.common.process import streams
 
 MODES = ("side_stream", "inline")
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from .distributed import world_size
+from reprokit_trainers.common.process.distributed import world_size
 
 SHARES = ("data_wait", "compute", "communication", "other")
 HOST, DEVICE = "host clock", "device events"

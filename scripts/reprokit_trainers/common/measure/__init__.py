@@ -1,0 +1,2 @@
+"""What measures a step: the step logger, the breakdown of each step's time, stalls, energy, the
+machine's other load, device memory, the profiler, and FLOPs and MFU."""

@@ -1,0 +1,2 @@
+"""The trainer process: its command line, its process group, TF32, where it waits for the device, and
+what it does first and last (lifecycle.py)."""
