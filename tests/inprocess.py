@@ -5,7 +5,8 @@ kit); the suite keeps a subprocess test of each command's start (test_cli.py), a
 signal or time a process run it as one.
 
 What a command changes in the process it runs in (the folder, the environment, the umask, signal
-handlers, sys.argv, the user's recipe folders, the tasks' help) is put back when it returns."""
+handlers, sys.argv, the user's recipe folders, the tasks' help, the console's -q) is put back when it
+returns."""
 
 from __future__ import annotations
 
@@ -108,8 +109,10 @@ def run_command(
     """`inv ARGS` (``program`` "inv") or `reprokit ARGS` ("reprokit") as run_inv runs it, in this process."""
     binary = _program(program)
     argv = [ARGV0[program], *args]
+    from reprokit.console import console
     from reprokit.plan import recipes
 
+    quiet = console.quiet  # -q quiets the kit's console for the rest of a process
     user_recipe_dirs = list(recipes._user_dirs)  # --recipes folders: set once a process by the command line
     for task, help_ in HELP.items():
         task.help = dict(help_)
@@ -133,6 +136,7 @@ def run_command(
             code = 1
         finally:
             sys.argv = saved_argv
+            console.quiet = quiet
             recipes._user_dirs[:] = user_recipe_dirs
             os.chdir(here)
             os.umask(umask)

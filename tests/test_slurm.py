@@ -714,7 +714,8 @@ def test_slurm_containers_bind_given_data_read_only_and_give_the_trainer_a_writa
 def test_resume_refuses_to_submit_again_while_the_job_of_a_killed_kit_still_runs(tmp_path, cluster):
     import signal
 
-    recipe = fake_recipe(tmp_path, fake_hang_once=str(tmp_path / "hung-once"))
+    hung = tmp_path / "hung-once"
+    recipe = fake_recipe(tmp_path, fake_hang_once=str(hung))
     out = tmp_path / "out"
     kit = subprocess.Popen(
         [*INV, "run", str(recipe), "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
@@ -730,6 +731,11 @@ def test_resume_refuses_to_submit_again_while_the_job_of_a_killed_kit_still_runs
             time.sleep(0.5)
             found = list(out.glob("*/runs/*/slurm.json"))
             job_id = json.loads(found[0].read_text())["job_id"] if found else None
+        # The trainer itself hangs (its marker made), not only the job: a job killed before its trainer
+        # started would leave the resumed one to hang in its place.
+        while not hung.exists():
+            assert time.monotonic() < deadline, "the trainer never started in its job"
+            time.sleep(0.2)
         kit.kill()  # kill -9: nothing cancels the job
         kit.wait(30)
         (session_dir,) = out.iterdir()

@@ -19,6 +19,21 @@ class Prepared:
     precision: str = ""
 
 
+def shrink_image_data(data_args: Any, workers_cap: int) -> dict[str, tuple[Any, Any]]:
+    """The image trainers' data path made small for the CPU (the synthetic pool and the loader
+    workers; never the batch), set on `data_args`: each changed name with (was, now)."""
+    economy = {
+        "synthetic_pool_size": (data_args.synthetic_pool_size, min(data_args.synthetic_pool_size, 16)),
+        "dataloader_num_workers": (
+            data_args.dataloader_num_workers,
+            min(data_args.dataloader_num_workers, workers_cap),
+        ),
+    }
+    for name, (_, now) in economy.items():
+        setattr(data_args, name, now)
+    return economy
+
+
 def economy_note(economy: dict[str, tuple[Any, Any]]) -> str:
     """One line of what the rehearsal's data path makes smaller than the cell (never the batch)."""
     changed = [f"{name} {was} -> {now}" for name, (was, now) in economy.items() if was != now]

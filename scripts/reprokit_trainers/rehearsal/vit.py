@@ -17,7 +17,7 @@ from reprokit_trainers.common.record import software
 from reprokit_trainers.vit import run_vit as trainer
 
 from .fakedevice import FakeDevice, estimate, trainable_bytes
-from .plan import Prepared, economy_note
+from .plan import Prepared, economy_note, shrink_image_data
 
 HOST_ONLY = (
     "dataloader_num_workers",
@@ -41,15 +41,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     size = trainer.model_size(model_args)
     ran = [f"arguments: {trainer.PROG}'s parser; amp {prec.mode}, sharding {train_args.sharding}"]
     batch = train_args.per_device_train_batch_size
-    economy = {
-        "synthetic_pool_size": (data_args.synthetic_pool_size, min(data_args.synthetic_pool_size, 16)),
-        "dataloader_num_workers": (
-            data_args.dataloader_num_workers,
-            min(data_args.dataloader_num_workers, workers_cap),
-        ),
-    }
-    data_args.synthetic_pool_size = economy["synthetic_pool_size"][1]
-    data_args.dataloader_num_workers = economy["dataloader_num_workers"][1]
+    economy = shrink_image_data(data_args, workers_cap)
     loader, data_info = trainer.build_loader(data_args, model_args.img_size, batch, train_args.seed)
     raw = next(iter(loader))
     pixels = raw["pixel_values"]

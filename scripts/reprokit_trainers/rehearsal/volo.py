@@ -19,7 +19,7 @@ from reprokit_trainers.volo import run_volo as trainer
 from reprokit_trainers.volo import tokenlabel
 
 from .fakedevice import FakeDevice, estimate, trainable_bytes
-from .plan import Prepared, economy_note
+from .plan import Prepared, economy_note, shrink_image_data
 
 HOST_ONLY = (
     "dataloader_num_workers",
@@ -65,15 +65,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
         f"checks: model name, token grid {label_size} at {img_size}, RandAugment, loader, kernels, amp"
     )
     batch = train_args.per_device_train_batch_size
-    economy = {
-        "synthetic_pool_size": (data_args.synthetic_pool_size, min(data_args.synthetic_pool_size, 16)),
-        "dataloader_num_workers": (
-            data_args.dataloader_num_workers,
-            min(data_args.dataloader_num_workers, workers_cap),
-        ),
-    }
-    data_args.synthetic_pool_size = economy["synthetic_pool_size"][1]
-    data_args.dataloader_num_workers = economy["dataloader_num_workers"][1]
+    economy = shrink_image_data(data_args, workers_cap)
     if data_args.loader == "dali":
         raise ValueError("--loader dali: not rehearsed (the node has no DALI; the slice leaves the cell out)")
     loader, data_info = trainer.build_data(data_args, img_size, label_size, batch, train_args.seed)
