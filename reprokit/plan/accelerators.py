@@ -1,5 +1,6 @@
-"""Accelerator profiles (accelerators.yaml, beside this file): base image, packages, run flags, launcher;
-and the base images' manifests (bases.yaml): what each ships that the kit's pins touch."""
+"""Accelerator profiles (docker/accelerators.yaml, found through reprokit/layout.py): base image,
+packages, run flags, launcher, device names; and the base images' manifests (docker/bases.yaml): what
+each ships that the kit's pins touch."""
 
 from __future__ import annotations
 

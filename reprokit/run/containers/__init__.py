@@ -12,5 +12,5 @@ REGISTRY = Registry(
         "pyxis": "reprokit.run.containers.pyxis:Pyxis",
         "apptainer": "reprokit.run.containers.apptainer:Apptainer",
     },
-    group="reprokit.run.containers",
+    group="reprokit.containers",
 )

@@ -10,5 +10,5 @@ REGISTRY = Registry(
         "local": "reprokit.run.runtimes.local:LocalRuntime",
         "slurm": "reprokit.run.runtimes.slurm:SlurmRuntime",
     },
-    group="reprokit.run.runtimes",
+    group="reprokit.runtimes",
 )
