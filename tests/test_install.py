@@ -109,11 +109,11 @@ def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
         shown = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True)
         assert shown.returncode == 0, f"{line}: {shown.stderr[-2000:]}"
         module, extras, entry_points = json.loads(shown.stdout)
-        installed_tasks = Path(module).parent / "tasks.py"
+        installed_tasks = Path(module).parent / "cli" / "tasks.py"
         # This kit's code, installed into the venv (not a checkout on the path, not someone else's).
         assert Path(module).is_relative_to(target), (line, module)
-        assert installed_tasks.read_bytes() == (ROOT / "reprokit" / "tasks.py").read_bytes(), line
-        assert "reprokit = reprokit.cli:main" in entry_points, line
+        assert installed_tasks.read_bytes() == (ROOT / "reprokit" / "cli" / "tasks.py").read_bytes(), line
+        assert "reprokit = reprokit.cli.main:main" in entry_points, line
         asked = re.findall(r"\[([\w,]+)\]", " ".join(requirement))
         assert {e for group in asked for e in group.split(",")} <= set(extras), (line, extras)
 

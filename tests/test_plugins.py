@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import plan
 from reprokit.plan.request import Request

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import plan
 from reprokit.plan.request import Request

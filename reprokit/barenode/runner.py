@@ -26,14 +26,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reprokit import trainers
 from reprokit.barenode import archive, slices
-from reprokit.errors import ReprokitError
+from reprokit.contract import files, rundirs, trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
 from reprokit.results import collect
-from reprokit.run import files, machinelock, rundirs, session, supervise
+from reprokit.run import machinelock, session, supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes.base import write_run_dir_inputs

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reprokit import trainers
-from reprokit.errors import ReprokitError
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, recipes
 from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data

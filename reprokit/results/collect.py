@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract import bounded, files, records, rundirs, writelock
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators
-from reprokit.results import explain, ratios, records, repeats, systemdesc, verdicts
+from reprokit.results import explain, ratios, repeats, systemdesc, verdicts
 from reprokit.results.row import Row, csv_text, measured_columns
-from reprokit.run import bounded, files, rundirs, session, writelock
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
+from reprokit.run import session
 
 # A cell whose run directory holds a file the kit will not read (its error names the file and why).
 UNREADABLE = "unreadable"

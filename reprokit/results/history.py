@@ -15,13 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from reprokit.contract import files
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.textsafe import line as one_line
 from reprokit.results import machines, pages, store
 from reprokit.results.pages import Block
 from reprokit.results.plots import DPI, Plot
 from reprokit.results.row import Row
-from reprokit.run import files, session
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line as one_line
+from reprokit.run import session
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip

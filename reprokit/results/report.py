@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 
-from reprokit.invocation import command
-from reprokit.plan.definitions import DEFINITIONS
+from reprokit.contract import files, writelock
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.definitions import DEFINITIONS
+from reprokit.contract.invocation import command
 from reprokit.results import collect, explain, formats, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.results.row import Row
-from reprokit.run import files, session, writelock
-from reprokit.run.bounded import Malformed
+from reprokit.run import session
 
 # ---------------------------------------------------------------------------------------------
 # Content, as blocks both renderers understand

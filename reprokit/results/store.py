@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract import bounded
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.results.row import Row
-from reprokit.run import bounded, session
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
+from reprokit.run import session
 
 RESULTS_FILE = session.RESULTS_JSONL
 # Folders a results folder holds that are not sessions: the MLflow store's artifacts.

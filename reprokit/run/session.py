@@ -18,12 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reprokit.errors import ReprokitError
-from reprokit.gitinfo import kit_revision
+from reprokit.contract import bounded, files
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.gitinfo import kit_revision
 from reprokit.plan import recipes
 from reprokit.plan.planner import Plan, plan
 from reprokit.plan.request import Request
-from reprokit.run import bounded, files
 
 RESULTS_DIR = Path("results")
 SESSION_FILE = "session.json"

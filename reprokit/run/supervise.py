@@ -22,12 +22,13 @@ from typing import Any
 
 from rich.markup import escape
 
-from reprokit.console import console
-from reprokit.errors import StartFailed
+from reprokit.contract import files, rundirs
+from reprokit.contract.console import console
+from reprokit.contract.errors import StartFailed
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
-from reprokit.run import files, liveness, machinelock, rundirs, session
+from reprokit.run import liveness, machinelock, session
 from reprokit.run.containers.base import LOCAL
 from reprokit.run.handles import Ended, Handle
 from reprokit.run.progress import MatrixProgress

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reprokit.plugins import Registry
+from reprokit.run.plugins import Registry
 
 REGISTRY = Registry(
     "runtime",

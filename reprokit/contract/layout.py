@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent
 # The wheel carries the checkout's top-level folders here (a checkout: links to them, the same folders).
 BUNDLE = PACKAGE / "bundle"
 

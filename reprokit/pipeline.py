@@ -11,14 +11,15 @@ from typing import Any
 
 from rich.markup import escape
 
-from reprokit.console import console
-from reprokit.errors import RunFailed
-from reprokit.invocation import command
+from reprokit.contract import files, rundirs
+from reprokit.contract.console import console
+from reprokit.contract.errors import RunFailed
+from reprokit.contract.invocation import command
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.results import collect, report, terminal
-from reprokit.run import files, liveness, rundirs, session, supervise
+from reprokit.run import liveness, session, supervise
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
 

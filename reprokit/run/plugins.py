@@ -12,7 +12,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 
 class Registry:
