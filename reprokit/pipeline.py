@@ -16,10 +16,11 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import RunFailed
 from reprokit.contract.invocation import command
 from reprokit.plan import accelerators
-from reprokit.plan.planner import Plan, plan, trainers_found
+from reprokit.plan.planner import Plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.results import collect, report, terminal
 from reprokit.run import liveness, session, supervise
+from reprokit.run.placement import plan
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
 

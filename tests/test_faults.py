@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from reprokit.contract import files
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests import faultfs
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.results import formats, history, machines, plots, report
 from reprokit.results.row import Row
 from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests.fakes import FAKES, fake_recipe
 from tests.mdtable import table
 from tests.test_report_html import _browser, _headless
@@ -437,8 +437,8 @@ def test_a_run_records_the_machine_its_container_hides_and_the_docker_platform_n
     import socket
 
     from reprokit.plan import accelerators
-    from reprokit.plan.planner import plan as make_plan
     from reprokit.run.containers import docker
+    from reprokit.run.placement import plan as make_plan
     from reprokit_trainers.common.record.rundir import RunDir
 
     monkeypatch.setenv("REPROKIT_MACHINE", "dgx-07")

@@ -10,9 +10,9 @@ import pytest
 
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.run import containers, runtimes, session, supervise
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
 from tests.conftest import ROOT
 from tests.fakes import FAKES, fake_recipe

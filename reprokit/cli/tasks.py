@@ -33,7 +33,8 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.plan.planner import choose_scale, plan
+from reprokit.plan.planner import choose_scale
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
 
 RECIPES_HELP = "a recipe name or path, several separated by commas, or all (the default)"

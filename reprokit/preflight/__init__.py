@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.plan.planner import plan, trainers_found
+from reprokit.plan.planner import trainers_found
 from reprokit.plan.request import Request
 from reprokit.preflight.checks import CHECKS
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Report
 from reprokit.run import session
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
 
 # Seconds one stepped cell may take (a published model loads and compiles before its first step).

@@ -22,8 +22,9 @@ from reprokit.contract import bounded, files
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import kit_revision
 from reprokit.plan import recipes
-from reprokit.plan.planner import Plan, plan
+from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
+from reprokit.run.placement import plan
 
 RESULTS_DIR = Path("results")
 SESSION_FILE = "session.json"
