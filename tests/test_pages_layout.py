@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.contract import sessions
 from reprokit.plan.request import Request
 from reprokit.results import formats, history, machines, plots, report
 from reprokit.results.row import Row
@@ -180,11 +181,11 @@ def test_history_html_fits_1400px_with_no_text_over_text(published, smoke, tmp_p
 
 def _copy(folder: Path, target: Path, started: datetime) -> None:
     target.mkdir(parents=True)
-    for name in (session.SESSION_FILE, session.RESULTS_JSONL):
+    for name in (sessions.SESSION_FILE, sessions.RESULTS_JSONL):
         (target / name).write_bytes((folder / name).read_bytes())
-    stored = json.loads((target / session.SESSION_FILE).read_text())
+    stored = json.loads((target / sessions.SESSION_FILE).read_text())
     stored["created_at"] = started.isoformat()
-    (target / session.SESSION_FILE).write_text(json.dumps(stored))
+    (target / sessions.SESSION_FILE).write_text(json.dumps(stored))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,14 +10,13 @@ from pathlib import Path
 from reprokit.cli import settings
 from reprokit.cli.positionals import OptionalPositionals
 from reprokit.cli.tasking import friendly, task
-from reprokit.contract import files
+from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.results import collect as collecting
 from reprokit.results import report as reporting
 from reprokit.results import terminal
-from reprokit.run import session as sessions
 
 SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
