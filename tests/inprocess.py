@@ -110,7 +110,7 @@ def run_command(
     """`inv ARGS` (``program`` "inv") or `reprokit ARGS` ("reprokit") as run_inv runs it, in this process."""
     binary = _program(program)
     argv = [ARGV0[program], *args]
-    from reprokit.console import console
+    from reprokit.contract.console import console
     from reprokit.plan import recipes
 
     quiet = console.quiet  # -q quiets the kit's console for the rest of a process
