@@ -1,3 +1,3 @@
-"""`inv` in a checkout: the kit's tasks (reprokit/tasks.py), the same as the installed `reprokit` command."""
+"""`inv` in a checkout: the kit's tasks (reprokit/cli/tasks.py), the same as the installed `reprokit` command."""
 
-from reprokit.tasks import ns  # noqa: F401  (invoke looks for `ns` here)
+from reprokit.cli.tasks import ns  # noqa: F401  (invoke looks for `ns` here)

@@ -1,3 +1,3 @@
-from reprokit.cli import main
+from reprokit.cli.main import main
 
 main()

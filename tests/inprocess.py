@@ -25,12 +25,12 @@ from pathlib import Path
 import invoke
 from invoke import Collection
 
-from reprokit.tasks import ns
+from reprokit.cli.tasks import ns
 
 ROOT = Path(__file__).resolve().parent.parent
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
-# What sys.argv[0] is under `python -m invoke` and `python -m reprokit` (reprokit/invocation.py reads it
+# What sys.argv[0] is under `python -m invoke` and `python -m reprokit` (reprokit/contract/invocation.py reads it
 # to name the command in its hints).
 ARGV0 = {
     "inv": str(Path(invoke.__file__).parent / "__main__.py"),
@@ -93,14 +93,15 @@ HELP = {task: dict(task.help) for task in _tasks(ns)}
 
 
 def _program(name: str):  # noqa: ANN202 -- invoke's Program or the kit's
-    """A new Program, as a new process would make it (invoke/main.py's, reprokit/cli.py's)."""
-    from reprokit import __version__, cli
+    """A new Program, as a new process would make it (invoke/main.py's, reprokit/cli/main.py's)."""
+    from reprokit import __version__
+    from reprokit.cli import main
 
     if name == "inv":
         return invoke.Program(
             name="Invoke", binary="inv[oke]", binary_names=["invoke", "inv"], version=invoke.__version__
         )
-    return cli.KitProgram(name="reprokit", binary="reprokit", version=__version__, namespace=ns)
+    return main.KitProgram(name="reprokit", binary="reprokit", version=__version__, namespace=ns)
 
 
 def run_command(
@@ -109,7 +110,7 @@ def run_command(
     """`inv ARGS` (``program`` "inv") or `reprokit ARGS` ("reprokit") as run_inv runs it, in this process."""
     binary = _program(program)
     argv = [ARGV0[program], *args]
-    from reprokit.console import console
+    from reprokit.contract.console import console
     from reprokit.plan import recipes
 
     quiet = console.quiet  # -q quiets the kit's console for the rest of a process

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import arguments, cells, recipes
 from reprokit_trainers.common.process import argschema
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from reprokit.barenode import archive, runner, slices
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.rehearsal import fakedevice
 from reprokit_trainers.rehearsal.__main__ import device_key, line

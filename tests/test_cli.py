@@ -178,7 +178,7 @@ def test_latest_and_previous_name_a_session_for_every_task_that_takes_one(tmp_pa
     ],
 )
 def test_hints_name_the_command_the_user_ran(monkeypatch, argv0, expected):
-    from reprokit import invocation
+    from reprokit.contract import invocation
 
     monkeypatch.setattr(sys, "argv", [argv0, "reproduce"])
     assert invocation.command() == expected

@@ -9,7 +9,7 @@ import sys
 import pytest
 from invoke import Context, Exit
 
-from reprokit import result_tasks, tasks
+from reprokit.cli import result_tasks, tasks
 from tests.conftest import INV, ROOT
 from tests.fakes.sessions import write_session
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.contract import records
 from reprokit.plan import cells, recipes
-from reprokit.results import collect, formats, records, verdicts
+from reprokit.results import collect, formats, verdicts
 from tests.fakes.summaries import complete
 
 
@@ -321,7 +322,7 @@ def test_a_smoke_speedup_beyond_the_publication_is_not_comparable(tmp_path):
     ],
 )
 def test_a_recipe_names_only_known_software_and_published_variants(recipe_file, change, expected):
-    from reprokit.errors import ReprokitError
+    from reprokit.contract.errors import ReprokitError
 
     with pytest.raises(ReprokitError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         recipes.load(str(recipe_file(change)))

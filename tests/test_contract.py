@@ -7,10 +7,8 @@ import json
 
 import pytest
 
-from reprokit import trainers
-from reprokit.plan import definitions, recipes
-from reprokit.results import records
-from reprokit.run import rundirs
+from reprokit.contract import definitions, records, rundirs, trainers
+from reprokit.plan import recipes
 from tests.conftest import ROOT
 
 CONTRACT = json.loads((ROOT / "scripts" / "reprokit_trainers" / "contract.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import fitted_devices
 from tests.conftest import run_inv

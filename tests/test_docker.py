@@ -25,8 +25,8 @@ from packaging.utils import parse_wheel_filename
 from rich.console import Console
 
 from reprokit import __version__
-from reprokit.errors import ReprokitError
-from reprokit.gitinfo import kit_revision
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.gitinfo import kit_revision
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.run import images, supervise
 from reprokit.run.containers import docker as docker_platform

@@ -143,8 +143,8 @@ def test_only_profile_or_a_scale_that_says_so_traces_cells_after_their_warmup(tm
     import yaml
 
     from reprokit.plan import cells, recipes
-    from reprokit.plan.planner import plan
     from reprokit.plan.request import Request
+    from reprokit.run.placement import plan
 
     plain = fake_recipe(tmp_path / "plain.yaml", [{"name": "base", "baseline": True, "args": {}}])
     asked = {"recipes": [str(plain)], "accelerator": "cpu", "scale": "smoke", "runtime": "local"}

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.plan.planner import plan
+from reprokit.contract import files, sessions
 from reprokit.plan.request import Request
-from reprokit.run import files, session, supervise
+from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests import faultfs
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe
@@ -228,8 +229,8 @@ def test_a_second_session_on_the_machine_waits_for_the_first(tmp_path):
     assert "waiting for this machine: session " in waited.stderr
     (ended,) = (tmp_path / "a").glob("*/runs/fake--first/summary.json")
     (began,) = (tmp_path / "b").glob("*/runs/fake--second/sysinfo.json")
-    finished = session.parse_time(json.loads(ended.read_text())["finished_at"])
-    started = session.parse_time(json.loads(began.read_text())["started_at"])
+    finished = sessions.parse_time(json.loads(ended.read_text())["finished_at"])
+    started = sessions.parse_time(json.loads(began.read_text())["started_at"])
     assert (started - finished).total_seconds() >= 2  # after the first trainer's 3 s linger
 
 
@@ -252,7 +253,7 @@ def test_run_sh_by_hand_or_in_a_slurm_job_takes_its_nodes_lock(tmp_path):
     assert "reprokit: waiting for this machine: another run holds " in second.stderr
     finished = json.loads((tmp_path / "one" / "summary.json").read_text())["finished_at"]
     started = json.loads((tmp_path / "two" / "sysinfo.json").read_text())["started_at"]
-    assert (session.parse_time(started) - session.parse_time(finished)).total_seconds() >= 1
+    assert (sessions.parse_time(started) - sessions.parse_time(finished)).total_seconds() >= 1
 
 
 @pytest.mark.parametrize("after_s", [0.0, 1.5], ids=["while-it-starts", "while-it-waits"])

@@ -12,7 +12,7 @@ import pytest
 from invoke import Context, Exit
 from rich.console import Console
 
-from reprokit import result_tasks
+from reprokit.cli import result_tasks
 from reprokit.results import collect, terminal
 from tests.fakes.sessions import edit_json, write_session
 

@@ -13,7 +13,7 @@ import shutil
 import pytest
 from invoke import Context, Exit
 
-from reprokit import result_tasks
+from reprokit.cli import result_tasks
 from reprokit.results import collect, history, report
 from tests.fakes.sessions import CELLS, edit_json, write_session
 
@@ -341,7 +341,7 @@ def test_control_sequences_and_markup_in_run_files_reach_no_output_raw(results, 
 def test_a_recipes_words_reach_the_terminal_as_text(tmp_path, capsys):
     import yaml
 
-    from reprokit import tasks
+    from reprokit.cli import tasks
     from tests.conftest import ROOT
 
     data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())

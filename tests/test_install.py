@@ -32,7 +32,10 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
         cwd=ROOT, capture_output=True, check=True,
     ).stdout.decode().split("\0")  # fmt: skip
     for name in filter(None, listed):
-        if (ROOT / name).is_file():
+        if (ROOT / name).is_symlink():  # reprokit/bundle/'s links: how setuptools finds the data folders
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     done = subprocess.run(
@@ -106,11 +109,11 @@ def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
         shown = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True)
         assert shown.returncode == 0, f"{line}: {shown.stderr[-2000:]}"
         module, extras, entry_points = json.loads(shown.stdout)
-        installed_tasks = Path(module).parent / "tasks.py"
+        installed_tasks = Path(module).parent / "cli" / "tasks.py"
         # This kit's code, installed into the venv (not a checkout on the path, not someone else's).
         assert Path(module).is_relative_to(target), (line, module)
-        assert installed_tasks.read_bytes() == (ROOT / "reprokit" / "tasks.py").read_bytes(), line
-        assert "reprokit = reprokit.cli:main" in entry_points, line
+        assert installed_tasks.read_bytes() == (ROOT / "reprokit" / "cli" / "tasks.py").read_bytes(), line
+        assert "reprokit = reprokit.cli.main:main" in entry_points, line
         asked = re.findall(r"\[([\w,]+)\]", " ".join(requirement))
         assert {e for group in asked for e in group.split(",")} <= set(extras), (line, extras)
 
@@ -191,16 +194,28 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_smoke_cell(installed, tmp
     assert json.loads(summary.read_text())["status"] == "ok"
 
 
-def test_every_python_package_of_the_tree_ships_in_the_wheel():
-    # pyproject lists the packages by hand: a new folder of modules must not be left out of the wheel.
-    import tomllib
+def test_every_python_package_and_data_folder_of_the_tree_ships_in_the_wheel(built):
+    # setuptools finds the packages (pyproject.toml): a new folder of modules, a new trainer, a new
+    # partial or lock must reach the wheel without anyone listing it.
+    import zipfile
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {
-        ".".join(init.parent.relative_to(base).parts)
+    (wheel,) = built[1].glob("*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    packages = {
+        init.relative_to(base).as_posix()
         for base in (ROOT, ROOT / "scripts")
         for top in ("reprokit", "reprokit_trainers")
         for init in (base / top).rglob("__init__.py")
-        if (base / top).is_dir()
     }
-    assert found and found <= listed, sorted(found - listed)
+    data = {
+        f"reprokit/bundle/{inside}/{path.relative_to(ROOT / folder).as_posix()}"
+        for inside, folder, patterns in (
+            ("recipes", "recipes", ("*.yaml", "*.md")),
+            ("docker", "docker", ("*.j2", "*.yaml", "locks/*.txt", "partials/*.j2")),
+            ("jobs", "scripts/jobs", ("*.j2",)),
+        )
+        for pattern in patterns
+        for path in (ROOT / folder).glob(pattern)
+    }
+    assert packages and data and packages | data <= shipped, sorted((packages | data) - shipped)
+    assert not [name for name in shipped if "__pycache__" in name or name.endswith(".pyc")]

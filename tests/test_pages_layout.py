@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.plan.planner import plan
+from reprokit.contract import sessions
 from reprokit.plan.request import Request
 from reprokit.results import formats, history, machines, plots, report
 from reprokit.results.row import Row
 from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests.fakes import FAKES, fake_recipe
 from tests.mdtable import table
 from tests.test_report_html import _browser, _headless
@@ -180,11 +181,11 @@ def test_history_html_fits_1400px_with_no_text_over_text(published, smoke, tmp_p
 
 def _copy(folder: Path, target: Path, started: datetime) -> None:
     target.mkdir(parents=True)
-    for name in (session.SESSION_FILE, session.RESULTS_JSONL):
+    for name in (sessions.SESSION_FILE, sessions.RESULTS_JSONL):
         (target / name).write_bytes((folder / name).read_bytes())
-    stored = json.loads((target / session.SESSION_FILE).read_text())
+    stored = json.loads((target / sessions.SESSION_FILE).read_text())
     stored["created_at"] = started.isoformat()
-    (target / session.SESSION_FILE).write_text(json.dumps(stored))
+    (target / sessions.SESSION_FILE).write_text(json.dumps(stored))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,8 +438,8 @@ def test_a_run_records_the_machine_its_container_hides_and_the_docker_platform_n
     import socket
 
     from reprokit.plan import accelerators
-    from reprokit.plan.planner import plan as make_plan
     from reprokit.run.containers import docker
+    from reprokit.run.placement import plan as make_plan
     from reprokit_trainers.common.record.rundir import RunDir
 
     monkeypatch.setenv("REPROKIT_MACHINE", "dgx-07")

@@ -10,8 +10,8 @@ import re
 import pytest
 import tomllib
 
-from reprokit import image_tasks
-from reprokit.errors import ReprokitError
+from reprokit.cli import image_tasks
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.run import images
 from reprokit.run.images import pins

@@ -4,15 +4,17 @@ session runs its cells through the same supervision loop as the kit's own."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.run import containers, runtimes, session, supervise
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
+from tests.conftest import ROOT
 from tests.fakes import FAKES, fake_recipe
 
 
@@ -72,3 +74,38 @@ def test_an_unknown_runtime_or_platform_is_one_line_naming_the_known_ones():
         ReprokitError, match=r"the slurm runtime runs cells in none, pyxis, apptainer, not docker"
     ):
         plan(Request(recipes=[], accelerator="cpu", scale="smoke", runtime="slurm", container="docker"))
+
+
+def _documented_group(kind: str) -> str:
+    # The group a plug-in author reads in ARCHITECTURE.md's "How to add ..." paragraph for `kind`.
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    paragraph = text[text.index(f"**A {kind}.**") :].split("\n\n")[0]
+    (group,) = re.findall(r"`(reprokit\.[a-z_.]+)`", paragraph)
+    return group
+
+
+def test_a_plug_in_distribution_under_the_documented_entry_point_groups_is_loaded(tmp_path, monkeypatch):
+    # A third-party distribution, installed as pip installs one: its module and its dist-info with
+    # entry_points.txt, on sys.path. Nothing in the kit names it.
+    (tmp_path / "acme_plugins.py").write_text(
+        "from tests.plugins.nice_runtime import NiceRuntime\n"
+        "from tests.plugins.scrubbed_container import Scrubbed\n"
+    )
+    info = tmp_path / "acme_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugins\nVersion: 1.0\n")
+    runtime_group, container_group = _documented_group("runtime"), _documented_group("container platform")
+    (info / "entry_points.txt").write_text(
+        f"[{runtime_group}]\nacme-nice = acme_plugins:NiceRuntime\n\n"
+        f"[{container_group}]\nacme-scrubbed = acme_plugins:Scrubbed\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for registry in (runtimes.REGISTRY, containers.REGISTRY):  # as in a fresh process: not yet discovered
+        monkeypatch.setattr(registry, "targets", dict(registry.targets))
+        monkeypatch.setattr(registry, "_discovered", False)
+    assert "acme-nice" in runtimes.REGISTRY.names() and "acme-scrubbed" in containers.REGISTRY.names()
+    assert runtimes.REGISTRY.load("acme-nice").name == "nice"
+    the_plan = plan(
+        Request(recipes=[], accelerator="cpu", scale="smoke", runtime="acme-nice", container="acme-scrubbed")
+    )
+    assert (the_plan.runtime, the_plan.container) == ("acme-nice", "acme-scrubbed")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import cells, recipes
 
 PUBLISHED = {  # recipes/SOURCES.md §1, samples/s on 8 devices

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.results import plots
 from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests.conftest import ROOT, run_inv
 from tests.fakes import FAKES, fake_recipe
 from tests.mdtable import column

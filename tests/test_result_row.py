@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from reprokit.plan.definitions import DEFINITIONS
+from reprokit.contract.definitions import DEFINITIONS
+from reprokit.contract.records import Departure
 from reprokit.results import ratios, repeats, store, verdicts
-from reprokit.results.records import Departure
 from reprokit.results.row import COLUMNS, NUMBERS, Row
 from tests.fixtures.make_results_session import collected
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.results import collect
 from reprokit.results.row import COLUMNS
 from reprokit.run import session, supervise
+from reprokit.run.placement import plan
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import FAKES, fake_env, fake_recipe
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.plan.planner import plan
 from reprokit.plan.request import Request
 from reprokit.run import shellsafe
+from reprokit.run.placement import plan
 from reprokit.run.templating import render
 from reprokit.run.wiring import runtime_for
 from tests.conftest import INV, ROOT

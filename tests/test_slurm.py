@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprokit import trainers
-from reprokit.errors import ReprokitError
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.results import collect, ratios
 from reprokit.results.row import COLUMNS, Row

@@ -12,10 +12,10 @@ import os
 import pytest
 from invoke import Context, Exit
 
-from reprokit import result_tasks
+from reprokit.cli import result_tasks
+from reprokit.contract import bounded
+from reprokit.contract.textsafe import line
 from reprokit.results import collect
-from reprokit.run import bounded
-from reprokit.textsafe import line
 from tests.conftest import run_inv
 from tests.fakes.malformed import Breaker, Case
 from tests.fakes.sessions import CELLS, write_session

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.accelerators import Vendor, VendorFile
 from reprokit.run import images

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from reprokit.barenode import slices, wheels
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from reprokit.run import rundirs
+from reprokit.contract import rundirs
 
 LIMIT_BYTES = 16 * 2**20
 LOG_TAIL_BYTES = 256 * 1024

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reprokit import trainers
 from reprokit.barenode import slices
-from reprokit.console import console
-from reprokit.errors import ReprokitError, RunFailed
+from reprokit.contract import trainers
+from reprokit.contract.console import console
+from reprokit.contract.errors import ReprokitError, RunFailed
 
 GIB = 2**30
 

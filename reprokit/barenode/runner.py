@@ -26,14 +26,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reprokit import trainers
 from reprokit.barenode import archive, slices
-from reprokit.errors import ReprokitError
+from reprokit.contract import files, rundirs, sessions, trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
 from reprokit.results import collect
-from reprokit.run import files, machinelock, rundirs, session, supervise
+from reprokit.run import machinelock, session, supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes.base import write_run_dir_inputs
@@ -138,7 +138,7 @@ class NodeRun:
         """results.csv and .jsonl from the run directories (never the reverse), copied out."""
         assert self.session_dir is not None
         collect.collect(self.session_dir)
-        for name in (session.RESULTS_CSV, session.RESULTS_JSONL):
+        for name in (sessions.RESULTS_CSV, sessions.RESULTS_JSONL):
             _atomic_copy(self.session_dir / name, self.out / name)
 
     def pack(self) -> dict[str, Any]:
@@ -271,7 +271,7 @@ class NodeRun:
         skipped = [i for i, o in outcomes.items() if o.get("status") == "skipped"]
         self.log(
             f"done in {time.time() - self.started:.0f} s: {len(outcomes) - len(failed) - len(skipped)} ok, "
-            f"{len(failed)} did not complete, {len(skipped)} skipped; rows in {self.out / session.RESULTS_CSV}"
+            f"{len(failed)} did not complete, {len(skipped)} skipped; rows in {self.out / sessions.RESULTS_CSV}"
         )
         # Exit 0 only when every cell the slice runs here ran: a skip for the budget is work not done.
         not_run = [i for i in skipped if not outcomes[i].get("error", "").startswith("left out")]
@@ -306,7 +306,7 @@ class NodeRun:
     ) -> dict[str, Any]:
         cell = planned.cell
         assert self.session_dir is not None
-        run_dir = self.session_dir.resolve() / session.RUNS / cell.cell_id
+        run_dir = self.session_dir.resolve() / sessions.RUNS / cell.cell_id
         write_run_dir_inputs(cell, self.profile, run_dir)
         failed_needs = [c for c in cell.needed_cells().values() if outcomes.get(c, {}).get("status") != "ok"]
         left = self.left() - RESERVE_S
@@ -344,7 +344,7 @@ class NodeRun:
             cell = planned.cell
             if cell.cell_id in outcomes:
                 continue
-            run_dir = self.session_dir.resolve() / session.RUNS / cell.cell_id
+            run_dir = self.session_dir.resolve() / sessions.RUNS / cell.cell_id
             write_run_dir_inputs(cell, self.profile, run_dir)
             if not rundirs.summary(run_dir):
                 outcomes[cell.cell_id] = rundirs.skip(run_dir, reason)

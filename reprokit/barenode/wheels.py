@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.validation import one_line
 
 NODE_FILE = Path(__file__).resolve().parent / "node.yaml"

@@ -1,5 +1,6 @@
-"""Accelerator profiles (accelerators.yaml, beside this file): base image, packages, run flags, launcher;
-and the base images' manifests (bases.yaml): what each ships that the kit's pins touch."""
+"""Accelerator profiles (docker/accelerators.yaml, found through reprokit/contract/layout.py): base image,
+packages, run flags, launcher, device names; and the base images' manifests (docker/bases.yaml): what
+each ships that the kit's pins touch."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reprokit.errors import ReprokitError
-from reprokit.layout import DOCKER
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.layout import DOCKER
 from reprokit.plan.validation import one_line
 
 PROFILES_FILE = DOCKER / "accelerators.yaml"

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from reprokit import trainers
-from reprokit.errors import ReprokitError
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
 
 
 @cache

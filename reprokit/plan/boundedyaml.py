@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 # The kit's recipes are about 20 KB and 3,000 nodes each; a hundred times that is still a recipe.
 MAX_BYTES = 2**20

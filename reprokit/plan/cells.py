@@ -11,13 +11,14 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reprokit import __version__, trainers
-from reprokit.errors import ReprokitError
-from reprokit.gitinfo import kit_revision
+from reprokit import __version__
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.gitinfo import kit_revision
+from reprokit.contract.trainers import contract
 from reprokit.plan import accelerators, arguments
 from reprokit.plan.data import apply as apply_data
 from reprokit.plan.recipes import Recipe, Reference, Variant, recipe_hash, resolve_path, trainer_module
-from reprokit.trainers import contract
 
 
 @dataclass

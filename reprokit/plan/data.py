@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.recipes import DataKey, Recipe
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")

@@ -8,10 +8,11 @@ multi-node cell's scaling efficiency over its single-node twin; `--repeat N` run
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from reprokit import trainers
-from reprokit.errors import ReprokitError
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, recipes
 from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data
@@ -31,41 +32,16 @@ class Plan:
     container: str = "none"
 
 
+# (runtime asked, container asked, the accelerator's profile) -> (runtime, container platform, why they
+# were chosen when chosen automatically). The registries live in run/ (reprokit/run/placement.py):
+# planning is handed the choice rather than reaching up for them.
+Choose = Callable[[str, str, accelerators.Profile], tuple[str, str, "str | None"]]
+
+
 def choose_scale(scale: str, accelerator: str) -> str:
     if scale != "auto":
         return scale
     return "smoke" if accelerator == "cpu" else "published"
-
-
-def choose_runtime(
-    runtime: str, container: str, profile: accelerators.Profile
-) -> tuple[str, str, str | None]:
-    """(runtime, container platform, why they were chosen when chosen automatically)."""
-    from reprokit.run import containers, runtimes
-
-    if runtime == "docker":
-        # The kit's first runtimes fused where and in what: `--runtime docker` is Docker on this machine.
-        if container not in ("auto", "docker"):
-            raise ReprokitError(f"--runtime docker runs in Docker; it cannot take --container {container}")
-        runtime, container = "local", "docker"
-    chosen_automatically = runtime == "auto"
-    if chosen_automatically:
-        runtime = "local"
-    runtime_class = runtimes.REGISTRY.load(runtime)
-    if container != "auto":
-        if runtime_class.launches not in containers.REGISTRY.load(container).launches:
-            served = [
-                n
-                for n in containers.REGISTRY.names()
-                if runtime_class.launches in containers.REGISTRY.load(n).launches
-            ]
-            raise ReprokitError(f"the {runtime} runtime runs cells in {', '.join(served)}, not {container}")
-        return runtime, container, None
-    if not chosen_automatically and runtime_class.launches == "local":
-        # `--runtime local` said on its own means this machine as it is: no container.
-        return runtime, "none", None
-    chosen, why = runtime_class(runtime_class.options_class(), None).auto_container(profile)
-    return runtime, chosen, why
 
 
 def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | None:
@@ -109,15 +85,16 @@ def trainers_found(cells: list[Cell], container: str) -> list[str]:
     return said
 
 
-def plan(request: Request, *, fit_devices: bool = True) -> Plan:
-    """The cells of `request`; an empty plan is an error naming why. `fit_devices`: the plan is for this
+def plan(request: Request, choose: Choose, *, fit_devices: bool = True) -> Plan:
+    """The cells of `request`, in the runtime and container platform `choose` picks (callers outside
+    run/ take `reprokit.run.placement.plan`); an empty plan is an error naming why. `fit_devices`: the plan is for this
     machine (published cells run locally on at most the devices it has, on one node); not wanted when
     only rendering for another machine."""
     messages: list[str] = []
     accelerator = accelerators.resolve(request.accelerator)
     profile = accelerators.get(accelerator)
     scale = choose_scale(request.scale, accelerator)
-    runtime, container, why = choose_runtime(request.runtime, request.container, profile)
+    runtime, container, why = choose(request.runtime, request.container, profile)
     if request.accelerator == "auto" or request.scale == "auto" or why:
         found = "No accelerator" if accelerator == "cpu" else f"Accelerator {accelerator}"
         reason = f" ({why})" if why else ""

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reprokit.plan.definitions import Definition
-from reprokit.trainers import PACKAGE as TRAINERS_PACKAGE
-from reprokit.trainers import contract
+from reprokit.contract.definitions import Definition
+from reprokit.contract.trainers import PACKAGE as TRAINERS_PACKAGE
+from reprokit.contract.trainers import contract
 
 SCALES = ("published", "smoke")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"

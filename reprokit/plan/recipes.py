@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from reprokit.errors import ReprokitError
-from reprokit.layout import RECIPES
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.layout import RECIPES
 from reprokit.plan import boundedyaml
 from reprokit.plan.recipe_schema import (
     SCALES,

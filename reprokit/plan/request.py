@@ -1,6 +1,6 @@
 """What the user asked for, before anything was resolved: the one input of planning.
 
-The command line's flags and the site settings become a `Request` once (reprokit/tasks.py); the
+The command line's flags and the site settings become a `Request` once (reprokit/cli/tasks.py); the
 planner turns it into cells, and session.json stores it, so that `--resume SESSION` plans the same
 cells again without the flags.
 """

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.plan.planner import plan, trainers_found
+from reprokit.contract import sessions
+from reprokit.plan.planner import trainers_found
 from reprokit.plan.request import Request
 from reprokit.preflight.checks import CHECKS
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Report
-from reprokit.run import session
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
 
 # Seconds one stepped cell may take (a published model loads and compiles before its first step).
@@ -33,7 +34,7 @@ def run(request: Request, out: str | None = None, steps: bool = True) -> Report:
         plan=the_plan,
         request=request,
         runtime=runtime_for(the_plan, request.runtime_options),
-        out=Path(out) if out else session.RESULTS_DIR,
+        out=Path(out) if out else sessions.RESULTS_DIR,
         steps=steps,
         step_timeout=request.timeout or STEP_TIMEOUT_S,
     )

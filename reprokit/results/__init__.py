@@ -1,6 +1,6 @@
 """Results: run directories read back, judged, and shown.
 
-records.py (typed run-directory records) -> verdicts.py (measured beside published: definitions,
+contract/records.py (typed run-directory records) -> verdicts.py (measured beside published: definitions,
 departures, verdicts) -> row.py (the result row, results.csv's columns) -> collect.py (results.csv /
 results.jsonl, with repeats.py: repetitions of a cell, and ratios.py: speedups, scaling efficiency)
 -> report.py, plots.py, pages.py, explain.py, stacks.py (report.md, report.html), terminal.py ;

@@ -23,13 +23,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract import bounded, files, records, rundirs, sessions, writelock
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators
-from reprokit.results import explain, ratios, records, repeats, systemdesc, verdicts
+from reprokit.results import explain, ratios, repeats, systemdesc, verdicts
 from reprokit.results.row import Row, csv_text, measured_columns
-from reprokit.run import bounded, files, rundirs, session, writelock
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
 
 # A cell whose run directory holds a file the kit will not read (its error names the file and why).
 UNREADABLE = "unreadable"
@@ -47,7 +47,7 @@ class Collected:
 
 
 def run_dirs(session_dir: Path) -> list[Path]:
-    runs = session_dir / session.RUNS
+    runs = session_dir / sessions.RUNS
     if not runs.is_dir():
         return []
     return sorted(
@@ -202,7 +202,7 @@ def _ran(record: records.RunRecord, run_dir: Path) -> dict[str, Any]:
     extra = (summary.model_extra or {}) if summary else {}
     ok = record.status == "ok"
     finished = summary.finished_at if summary else None
-    begun, ended = session.parse_time(record.started_at), session.parse_time(finished)
+    begun, ended = sessions.parse_time(record.started_at), sessions.parse_time(finished)
     return {
         "status": record.status,
         "error": summary.error if summary and not ok else None,
@@ -247,7 +247,7 @@ def read(session_dir: Path) -> Collected:
     root = session_dir.parent
     skipped: list[Malformed] = []
     try:
-        planned = session.stored(session_dir, root).get("cells") or []
+        planned = sessions.stored(session_dir, root).get("cells") or []
     except Malformed as exc:
         skipped.append(exc)
         planned = []
@@ -292,9 +292,9 @@ def collect(session_dir: Path) -> Collected:
         found = read(session_dir)
         table = found.rows
         # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
-        files.write_text(session_dir / session.RESULTS_CSV, csv_text(table))
+        files.write_text(session_dir / sessions.RESULTS_CSV, csv_text(table))
         files.write_text(
-            session_dir / session.RESULTS_JSONL,
+            session_dir / sessions.RESULTS_JSONL,
             "".join(json.dumps(r.to_json(), default=str, sort_keys=True) + "\n" for r in table),
         )
         systemdesc.write(session_dir, table)
@@ -305,7 +305,7 @@ def collect(session_dir: Path) -> Collected:
             # cost the report; a half copy is not left to look whole.
             if not files.is_storage_failure(exc):
                 raise
-            _remove(session_dir / session.TENSORBOARD)
+            _remove(session_dir / sessions.TENSORBOARD)
     return found
 
 
@@ -340,9 +340,9 @@ def _gather_tensorboard(session_dir: Path) -> list[Malformed]:
     copied beside it first, then put in place of the old copy (a link there is replaced, not followed).
     Returns what was not copied, and why."""
     root = session_dir.parent
-    target = session_dir / session.TENSORBOARD
-    staging = session_dir / f".{session.TENSORBOARD}.new{os.getpid()}"
-    for stale in session_dir.glob(f".{session.TENSORBOARD}.*"):  # a collect killed before (the lock is ours)
+    target = session_dir / sessions.TENSORBOARD
+    staging = session_dir / f".{sessions.TENSORBOARD}.new{os.getpid()}"
+    for stale in session_dir.glob(f".{sessions.TENSORBOARD}.*"):  # a collect killed before (the lock is ours)
         _remove(stale)
     left: list[Malformed] = []
     for run_dir in run_dirs(session_dir):
@@ -356,7 +356,7 @@ def _gather_tensorboard(session_dir: Path) -> list[Malformed]:
             continue
         if any(source.rglob("events.out.tfevents.*")):
             left += _copy_events(source, staging / run_dir.name)
-    old = session_dir / f".{session.TENSORBOARD}.old{os.getpid()}"
+    old = session_dir / f".{sessions.TENSORBOARD}.old{os.getpid()}"
     if target.is_symlink() or target.is_file():
         target.unlink()
     elif target.exists():

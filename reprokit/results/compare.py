@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line as markup_free
+from reprokit.contract.textsafe import markup
 from reprokit.results import machines, store
 from reprokit.results.row import Row
 from reprokit.results.verdicts import not_a_rate
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line as markup_free
-from reprokit.textsafe import markup
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.

@@ -35,13 +35,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reprokit import DISTRIBUTION
-from reprokit.errors import ReprokitError
+from reprokit.contract import bounded, rundirs, sessions, writelock
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.results import collect, store
 from reprokit.results.row import Row
-from reprokit.run import bounded, machinelock, rundirs, writelock
-from reprokit.run import session as sessions
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
+from reprokit.run import machinelock
 
 EXPERIMENT = "reprokit"
 PARAM_LIMIT = 500  # MLflow's limit on a parameter's value

@@ -15,13 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from reprokit.contract import files, sessions
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.textsafe import line as one_line
 from reprokit.results import machines, pages, store
 from reprokit.results.pages import Block
 from reprokit.results.plots import DPI, Plot
 from reprokit.results.row import Row
-from reprokit.run import files, session
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line as one_line
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
@@ -63,7 +63,7 @@ class History:
 
 
 def _utc(text: Any) -> str | None:
-    found = session.parse_time(text)
+    found = sessions.parse_time(text)
     return found.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if found else None
 
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
+from reprokit.contract.textsafe import fence
+from reprokit.contract.textsafe import line as one_line
+from reprokit.contract.textsafe import lines as visible_lines
+from reprokit.contract.textsafe import markdown as md
 from reprokit.results.plots import Plot
-from reprokit.textsafe import fence
-from reprokit.textsafe import line as one_line
-from reprokit.textsafe import lines as visible_lines
-from reprokit.textsafe import markdown as md
 
 
 @dataclass

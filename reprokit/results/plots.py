@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.contract import bounded, files, rundirs, sessions
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.textsafe import line
 from reprokit.results import explain, verdicts
 from reprokit.results.row import Row
-from reprokit.run import bounded, files, rundirs, session
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
@@ -337,7 +337,7 @@ def curves_plot(
             continue
         label = r.variant if r.status == "ok" else f"{r.variant} ({r.status})"
         try:
-            curves[label] = read_curves(session_dir / session.RUNS / r.run_dir, session_dir.parent)
+            curves[label] = read_curves(session_dir / sessions.RUNS / r.run_dir, session_dir.parent)
         except NoTensorBoard:
             unread.append(str(label))
         except Malformed as exc:

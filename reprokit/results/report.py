@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 
-from reprokit.invocation import command
-from reprokit.plan.definitions import DEFINITIONS
+from reprokit.contract import files, sessions, writelock
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.definitions import DEFINITIONS
+from reprokit.contract.invocation import command
 from reprokit.results import collect, explain, formats, pages, stacks, verdicts
 from reprokit.results.pages import Block
 from reprokit.results.plots import Plot
 from reprokit.results.row import Row
-from reprokit.run import files, session, writelock
-from reprokit.run.bounded import Malformed
 
 # ---------------------------------------------------------------------------------------------
 # Content, as blocks both renderers understand
@@ -98,7 +98,7 @@ def _detail(r: Row) -> list[str]:
 
 def _utc(text: str | None) -> str:
     """A recorded time as `2026-11-26 19:05:03` in UTC (it breaks at its space when the table is full)."""
-    found = session.parse_time(text)
+    found = sessions.parse_time(text)
     return found.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if found else text or "-"
 
 
@@ -210,7 +210,7 @@ def container_phrase(container: str | None) -> str:
 
 def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block]:
     try:
-        plan = session.stored(session_dir, session_dir.parent)
+        plan = sessions.stored(session_dir, session_dir.parent)
     except Malformed:  # said by collect: the report goes on without the plan's words
         plan = {}
     scales = sorted({r.scale or "-" for r in table}) or ["-"]
@@ -353,7 +353,7 @@ def write(session_dir: Path) -> Written:
             if not files.is_storage_failure(exc):
                 raise
             drawn = []
-        md_path, html_path = session_dir / session.REPORT_MD, session_dir / session.REPORT_HTML
+        md_path, html_path = session_dir / sessions.REPORT_MD, session_dir / sessions.REPORT_HTML
         md_text, html_text = markdown(session_dir, table, drawn), to_html(session_dir, table, drawn)
         drawn = plotting.install(session_dir, drawn)
         files.write_text(md_path, md_text)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from reprokit.plan.definitions import DEFINITIONS
+from reprokit.contract.definitions import DEFINITIONS
+from reprokit.contract.records import Departure
 from reprokit.results import verdicts
-from reprokit.results.records import Departure
 
 CSV = "csv"
 # The folder of the run directory on this machine: the report reads its curves there; results.jsonl,

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract import bounded, sessions
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.results.row import Row
-from reprokit.run import bounded, session
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line
 
-RESULTS_FILE = session.RESULTS_JSONL
+RESULTS_FILE = sessions.RESULTS_JSONL
 # Folders a results folder holds that are not sessions: the MLflow store's artifacts.
 NOT_SESSIONS = {"mlartifacts", "mlruns"}
 # The times a row holds: each one a time a run had, or nothing.
@@ -88,11 +88,11 @@ def _rows(path: Path, session_name: str, root: Path | None) -> list[Row]:
 def _started(folder: Path, rows: list[Row], root: Path | None) -> datetime:
     """When the session started: session.json's created_at, else its first cell's start, else the
     folder's modification time."""
-    found = session.parse_time(session.stored(folder, root).get("created_at"))
+    found = sessions.parse_time(sessions.stored(folder, root).get("created_at"))
     if found is None:
-        starts = [t for t in (session.parse_time(r.started_at) for r in rows) if t is not None]
+        starts = [t for t in (sessions.parse_time(r.started_at) for r in rows) if t is not None]
         found = min(starts) if starts else None
-    return found or session.started(folder, root)
+    return found or sessions.started(folder, root)
 
 
 def read_session(folder: Path, root: Path | None = None) -> Session:
@@ -139,7 +139,7 @@ def read(results: Path) -> Store:
 def resolve_session(results: Path, name: str, skipped: list[Malformed] | None = None) -> Path:
     """A session with results: by folder, by name under the results folder, or `latest` / `previous`
     (among those that can be read; the others are added to `skipped`)."""
-    return session.find(name, results, RESULTS_FILE, skipped)
+    return sessions.find(name, results, RESULTS_FILE, skipped)
 
 
 def rows_of(folder: Path, root: Path | None = None) -> list[Row]:

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from reprokit.contract import files
 from reprokit.results.row import Row
-from reprokit.run import files
 
 FOLDER = "systems"
 UNKNOWN = "N/A"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from reprokit.contract.textsafe import line, markup
 from reprokit.results import formats, verdicts
 from reprokit.results.row import Row
-from reprokit.textsafe import line, markup
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",

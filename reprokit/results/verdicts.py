@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from reprokit.plan.definitions import DEFINITIONS, LENGTH_DEPENDENT
-from reprokit.results.records import QUALITY, THROUGHPUT, Departure, RunRecord
+from reprokit.contract.definitions import DEFINITIONS, LENGTH_DEPENDENT
+from reprokit.contract.records import QUALITY, THROUGHPUT, Departure, RunRecord
 
 # Verdicts, in the words every output uses.
 REPRODUCED, FASTER, SLOWER = "reproduced", "faster", "slower"

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reprokit.run import files, machinelock, rundirs
+from reprokit.contract import files, rundirs
+from reprokit.run import machinelock
 
 
 @dataclass(frozen=True)

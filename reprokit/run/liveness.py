@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
-from reprokit.run import files, rundirs
+from reprokit.contract import files, rundirs
+from reprokit.contract.errors import ReprokitError
 
 FILE = rundirs.FILES["supervisor"]
 

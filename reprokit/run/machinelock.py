@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from reprokit.run import session
+from reprokit.contract import sessions
 
 NAME = "reprokit-machine.lock"
 SYSTEM_DIR = Path("/run/lock")
@@ -80,7 +80,7 @@ def held(session_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
                 "session": str(session_dir),
                 "user": getpass.getuser(),
                 "pid": os.getpid(),
-                "since": session.now(),
+                "since": sessions.now(),
             }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(me).encode(), 0)

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from reprokit.run import rundirs
+from reprokit.contract import rundirs
 
 
 def _number(text: Any) -> float | None:

@@ -1,111 +1,23 @@
-"""A session folder: results/<session>/ with session.json (the request and its plan), runs/<cell>/
-and what results make of them. The one home of the session's file names; `--resume SESSION`
-re-plans a session from its session.json.
-
-Sessions are ordered by when they started (session.json's `created_at`, UTC with its offset), never
-by their folder names: a name is the local time of the machine that made it, readable but no order
-between machines in two time zones, or across a change of daylight saving time.
-"""
+"""A session in the making: a new results/<session>/ folder, its session.json written from the plan,
+and `--resume SESSION` re-planning a session from it. The session's file names and their readers are
+contract/sessions.py's."""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from reprokit.errors import ReprokitError
-from reprokit.gitinfo import kit_revision
+from reprokit.contract import files
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.gitinfo import kit_revision
+from reprokit.contract.sessions import RESULTS_DIR, SESSION_FILE, now, stored
 from reprokit.plan import recipes
-from reprokit.plan.planner import Plan, plan
+from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
-from reprokit.run import bounded, files
-
-RESULTS_DIR = Path("results")
-SESSION_FILE = "session.json"
-RUNS = "runs"  # runs/<cell>/: one run directory per cell
-RESULTS_CSV = "results.csv"
-RESULTS_JSONL = "results.jsonl"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-# Every cell's event files side by side, for one `tensorboard --logdir` (a copy: the run directories hold them).
-TENSORBOARD = "tensorboard"
-# How the trainers and kits before session times in UTC wrote a time (local, with its offset).
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
-
-
-def now() -> str:
-    """This moment in UTC, ISO 8601 with its offset: what session.json records."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def parse_time(text: object) -> datetime | None:
-    """A recorded time as an aware datetime: ISO 8601 with an offset (any kit's), or without one
-    (read as this machine's local time); None when it is not a time, or not one a run had (before
-    1970, after 2200: bounded.py)."""
-    if not isinstance(text, str):
-        return None
-    try:
-        found = datetime.fromisoformat(text)
-    except ValueError:
-        try:
-            found = datetime.strptime(text, TIME_FORMAT)
-        except ValueError:
-            return None
-    try:
-        found = found if found.tzinfo else found.astimezone()
-        return found if bounded.EARLIEST <= found <= bounded.LATEST else None
-    except (OverflowError, ValueError, OSError):
-        return None
-
-
-class PlannedCell(BaseModel):
-    """A cell as session.json plans it (save() below writes these keys)."""
-
-    model_config = ConfigDict(extra="allow")
-    cell_id: str
-    recipe: str | None = None
-    variant: str | None = None
-    scale: str | None = None
-    accelerator: str | None = None
-    devices: int | None = Field(default=None, ge=1)
-    nodes: int | None = Field(default=None, ge=1)
-    baseline: bool = False
-    recipe_hash: str | None = None
-
-
-class SessionFile(BaseModel):
-    """session.json's schema: what the readers of a session take from it."""
-
-    model_config = ConfigDict(extra="allow")
-    session: str | None = None
-    created_at: str | None = None
-    kit_revision: str | None = None
-    request: dict[str, Any] = Field(default_factory=dict)
-    accelerator: str | None = None
-    scale: str | None = None
-    runtime: str | None = None
-    container: str | None = None
-    cells: list[PlannedCell] = Field(default_factory=list)
-    resumed_at: list[str] = Field(default_factory=list)
-
-
-def stored(session_dir: Path, root: Path | None = None) -> dict[str, Any]:
-    """The plan `inv reproduce` stored when the session started (empty for a folder without one);
-    bounded.Malformed (the file and why) for a session.json that is not one the kit wrote."""
-    path = session_dir / SESSION_FILE
-    found = bounded.json_object(path, root)
-    if found is None:
-        return {}
-    bounded.checked(SessionFile, found, path)
-    bounded.time_of(found.get("created_at"), path, "created_at")
-    for when in found.get("resumed_at") or []:
-        bounded.time_of(when, path, "resumed_at")
-    return found
+from reprokit.run.placement import plan
 
 
 def new_dir(out: str | None) -> Path:
@@ -121,81 +33,6 @@ def new_dir(out: str | None) -> Path:
         os.chmod(path, files.DIR_MODE)
         return path
     raise ReprokitError(f"cannot make a new session folder under {base}: too many named {stamp}-*")
-
-
-def started(folder: Path, root: Path | None = None) -> datetime:
-    """When a session started: session.json's created_at, else its folder's modification time;
-    bounded.Malformed for a session.json that is not one the kit wrote (or a link out of `root`)."""
-    found = parse_time(stored(folder, root).get("created_at"))
-    if found is not None:
-        return found
-    try:
-        return datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc)
-    except (OSError, OverflowError, ValueError):
-        return datetime.fromtimestamp(0, timezone.utc)
-
-
-def folders(base: Path) -> list[Path]:
-    """The folders directly under `base`, its path taken literally (`team?`, `res[1]` are names, not
-    patterns); a broken link or a link loop is not a folder."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        try:
-            if entry.is_dir():
-                found.append(Path(entry.path))
-        except OSError:
-            continue
-    return found
-
-
-def listed(
-    base: Path, holding: str = SESSION_FILE, skipped: list[bounded.Malformed] | None = None
-) -> list[Path]:
-    """The session folders under `base` that hold `holding`, oldest first (by when they started). A
-    session that cannot be placed (a malformed session.json, a link out of `base`) is left out, and
-    added to `skipped` when given."""
-    found = []
-    for folder in folders(base):
-        if not (folder / holding).is_file():
-            continue
-        try:
-            bounded.check_inside(folder, base)
-            found.append((started(folder, base), folder.name, folder))
-        except bounded.Malformed as exc:
-            if skipped is not None:
-                skipped.append(exc)
-    return [p for _, _, p in sorted(found)]
-
-
-def find(
-    name: str,
-    base: Path | None = None,
-    holding: str = SESSION_FILE,
-    skipped: list[bounded.Malformed] | None = None,
-) -> Path:
-    """A session by folder, by name under the results folder `base`, or `latest` / `previous` (among
-    the sessions that can be placed; those that cannot are added to `skipped`). A session folder that is
-    a link out of its results folder is refused: results are read and written inside it only."""
-    base = base or RESULTS_DIR
-    if name in ("latest", "previous"):
-        known = listed(base, holding, skipped)
-        wanted = 1 if name == "latest" else 2
-        if len(known) < wanted:
-            raise ReprokitError(
-                f"{base} holds {len(known)} session(s) with {holding}: there is no {name} one"
-            )
-        return known[-wanted]
-    for candidate, root in ((Path(name), Path(name).parent), (base / name, base)):
-        if (candidate / holding).is_file():
-            bounded.check_inside(candidate, root, f"its results folder {root}")
-            return candidate
-    raise ReprokitError(
-        f"no session {name!r} with {holding} under {base} (give a session folder, a name in it, latest or previous)"
-    )
 
 
 def _recipe_ref(name: str) -> str:

@@ -23,7 +23,7 @@ import re
 import shlex
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 # C0 and C1 control characters (newline, carriage return, escape sequences), DEL, and the Unicode
 # line and paragraph separators.

@@ -22,12 +22,13 @@ from typing import Any
 
 from rich.markup import escape
 
-from reprokit.console import console
-from reprokit.errors import StartFailed
+from reprokit.contract import files, rundirs, sessions
+from reprokit.contract.console import console
+from reprokit.contract.errors import StartFailed
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
-from reprokit.run import files, liveness, machinelock, rundirs, session
+from reprokit.run import liveness, machinelock
 from reprokit.run.containers.base import LOCAL
 from reprokit.run.handles import Ended, Handle
 from reprokit.run.progress import MatrixProgress
@@ -169,7 +170,7 @@ def run_cells(
     runtime = runtime_for(the_plan, runtime_options)
     profile = accelerators.get(the_plan.accelerator)
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
-    runs = session_dir.resolve() / session.RUNS
+    runs = session_dir.resolve() / sessions.RUNS
     outcomes: dict[str, dict] = {}
     with _terminate_like_ctrl_c(), MatrixProgress(console, len(the_plan.cells)) as bars:
         # Cells on this machine: one session at a time (a Slurm job's run.sh locks its node instead).

@@ -10,8 +10,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from reprokit import __version__
-from reprokit.errors import ReprokitError
-from reprokit.layout import JOBS
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.layout import JOBS
 from reprokit.run import shellsafe
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.planner import Plan
 from reprokit.run import containers, runtimes
 from reprokit.run.runtimes.base import Runtime

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprokit import trainers
+from reprokit.contract import trainers
 
 
 def complete(**fields: Any) -> dict[str, Any]:

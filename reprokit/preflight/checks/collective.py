@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from reprokit.contract import records
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
-from reprokit.results import records
 
 # bind-rank.sh: "reprokit: n1 local rank 0 -> NUMA node 3, NIC mlx5_0" (or "... unbound: why, NIC ...").
 RANK_LINE = re.compile(r"reprokit: (\S+) local rank (\d+) (?:-> NUMA node \S+|unbound: [^,]*), NIC (.+?)\s*$")

@@ -4,7 +4,7 @@ for it runs with no reference, never "would not"."""
 
 from __future__ import annotations
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import fitted_devices
 from reprokit.preflight.checks.base import Check

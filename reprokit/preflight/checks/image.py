@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.preflight import baseimage
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from reprokit.console import console
+from reprokit.contract import records
+from reprokit.contract.console import console
 from reprokit.plan.cells import Cell
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
-from reprokit.results import records, verdicts
+from reprokit.results import verdicts
 from reprokit.run import supervise
 
 # Steps run: one warm-up step and two measured ones, each logged.

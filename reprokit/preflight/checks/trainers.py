@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from reprokit import trainers
+from reprokit.contract import trainers
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reprokit.plugins import Registry
+from reprokit.run.plugins import Registry
 
 REGISTRY = Registry(
     "container platform",
@@ -12,5 +12,5 @@ REGISTRY = Registry(
         "pyxis": "reprokit.run.containers.pyxis:Pyxis",
         "apptainer": "reprokit.run.containers.apptainer:Apptainer",
     },
-    group="reprokit.run.containers",
+    group="reprokit.containers",
 )

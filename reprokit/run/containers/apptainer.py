@@ -6,7 +6,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run import images

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from reprokit.contract import rundirs
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run import rundirs
 from reprokit.run.handles import Handle, NoOptions, ProcessHandle
 
 # The ways runtimes start cells: a process on this machine, or srun inside a Slurm job.

@@ -10,8 +10,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from reprokit import DISTRIBUTION, trainers
-from reprokit.errors import ReprokitError
+from reprokit import DISTRIBUTION
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.run.containers.base import LOCAL, SRUN, Container, Launch

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from reprokit import __version__
-from reprokit.errors import ReprokitError
-from reprokit.gitinfo import checkout, kit_revision, kit_source
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.gitinfo import checkout, kit_revision, kit_source
 from reprokit.plan import recipes
 from reprokit.plan.accelerators import Profile
 from reprokit.run.images import buildkit, engine, vendor

@@ -13,13 +13,14 @@ import hashlib
 import re
 from pathlib import Path
 
-from reprokit import __version__, trainers
-from reprokit.errors import ReprokitError
-from reprokit.layout import DOCKER
+from reprokit import __version__
+from reprokit.contract import trainers
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.layout import DOCKER
+from reprokit.contract.trainers import PACKAGE as TRAINERS_PACKAGE
 from reprokit.plan.accelerators import Profile
 from reprokit.run.images import pins, vendor
 from reprokit.run.templating import render
-from reprokit.trainers import PACKAGE as TRAINERS_PACKAGE
 
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
 

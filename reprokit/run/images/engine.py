@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 # A build can stay silent for minutes (pip unpacking torch, the daemon committing a multi-GB layer).
 BUILD_HTTP_TIMEOUT_S = 6 * 3600

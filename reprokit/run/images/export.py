@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.run.images.context import image_tag
 

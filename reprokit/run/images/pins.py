@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Base, Profile
 
 # Packages the kit's pip layer must never bring: the base's framework and the GPU stacks it was built with

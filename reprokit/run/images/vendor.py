@@ -13,7 +13,7 @@ import os
 import urllib.request
 from pathlib import Path
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile, VendorFile
 
 FETCH_TIMEOUT_S = 60

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.run.images import pins
 from reprokit.run.images.pins import platform_flags

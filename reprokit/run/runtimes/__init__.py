@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reprokit.plugins import Registry
+from reprokit.run.plugins import Registry
 
 REGISTRY = Registry(
     "runtime",
@@ -10,5 +10,5 @@ REGISTRY = Registry(
         "local": "reprokit.run.runtimes.local:LocalRuntime",
         "slurm": "reprokit.run.runtimes.slurm:SlurmRuntime",
     },
-    group="reprokit.run.runtimes",
+    group="reprokit.runtimes",
 )

@@ -14,10 +14,11 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reprokit.layout import JOBS
+from reprokit.contract import files, rundirs
+from reprokit.contract.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell, argv_lines
-from reprokit.run import files, machinelock, rundirs
+from reprokit.run import machinelock
 from reprokit.run.handles import Handle, NoOptions
 from reprokit.run.templating import render
 

@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
-from reprokit.layout import JOBS
+from reprokit.contract import files, rundirs
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.plan.recipes import load as load_recipe
-from reprokit.run import files, rundirs
 from reprokit.run.containers.base import SRUN
 from reprokit.run.handles import Ended, Handle, wait_for
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs

@@ -2,7 +2,7 @@
 (reprokit_trainers/summary.schema.json), and the small validator they check it with.
 
 The trainers check what they are about to write (record/rundir.py), the host what it reads back
-(reprokit/results/records.py); a summary with a field the schema does not declare, without one it
+(reprokit/contract/records.py); a summary with a field the schema does not declare, without one it
 requires, or with a value of the wrong type is refused in one line naming the field. The trainers run
 in vendor images that do not carry the ``jsonschema`` package, so this module is the standard library
 only, and the host loads it by its path (the host never imports the trainers' package). It knows the

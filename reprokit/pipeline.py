@@ -11,14 +11,16 @@ from typing import Any
 
 from rich.markup import escape
 
-from reprokit.console import console
-from reprokit.errors import RunFailed
-from reprokit.invocation import command
+from reprokit.contract import files, rundirs, sessions
+from reprokit.contract.console import console
+from reprokit.contract.errors import RunFailed
+from reprokit.contract.invocation import command
 from reprokit.plan import accelerators
-from reprokit.plan.planner import Plan, plan, trainers_found
+from reprokit.plan.planner import Plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.results import collect, report, terminal
-from reprokit.run import files, liveness, rundirs, session, supervise
+from reprokit.run import liveness, session, supervise
+from reprokit.run.placement import plan
 from reprokit.run.runtimes.base import run_script
 from reprokit.run.wiring import runtime_for
 
@@ -31,7 +33,7 @@ def dry_run_text(the_plan: Plan, request: Request, out: str | None, session_dir:
     runtime = runtime_for(the_plan, request.runtime_options)
     where = the_plan.runtime + ("" if the_plan.container == "none" else f" in {the_plan.container}")
     # A new session's folder is named when it starts: SESSION stands for it.
-    runs = (session_dir or Path(out or session.RESULTS_DIR) / "SESSION").resolve() / session.RUNS
+    runs = (session_dir or Path(out or sessions.RESULTS_DIR) / "SESSION").resolve() / sessions.RUNS
     parts: list[str] = []
     kept = [
         c.cell_id for c in the_plan.cells if session_dir is not None and rundirs.is_complete(runs / c.cell_id)
@@ -60,7 +62,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     """
     if resume:
         # The session's own plan (session.json), so the same cells are rerun without repeating flags.
-        session_dir = session.find(resume, Path(out) if out else None)
+        session_dir = sessions.find(resume, Path(out) if out else None)
         the_plan, request = session.resume_plan(session_dir, request)
     else:
         the_plan = plan(request)
@@ -75,7 +77,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         return None
     if resume:
         # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.
-        liveness.refuse_live([session_dir / session.RUNS / cell.cell_id for cell in the_plan.cells])
+        liveness.refuse_live([session_dir / sessions.RUNS / cell.cell_id for cell in the_plan.cells])
         session.mark_resumed(session_dir)
     else:
         session_dir = session.new_dir(out)
@@ -126,7 +128,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         incomplete = f"; {len(failed)} of {len(outcomes)} cells did not complete" if failed else ""
         raise RunFailed(
             f"results not written: {unwritten}{incomplete}; what was measured is kept in "
-            f"{session_dir / session.RUNS}: make room (or give write access) there, then: "
+            f"{session_dir / sessions.RUNS}: make room (or give write access) there, then: "
             f"{command()} report {session_dir}"
         )
     if failed:

@@ -18,9 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from reprokit import trainers
-from reprokit.run import bounded, rundirs
-from reprokit.trainers import contract
+from reprokit.contract import bounded, rundirs, trainers
+from reprokit.contract.trainers import contract
 
 CONTRACT = contract()
 SCHEMA_VERSION: int = CONTRACT["schema_version"]

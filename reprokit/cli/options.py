@@ -13,8 +13,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reprokit import settings
-from reprokit.errors import ReprokitError
+from reprokit.cli import settings
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import data, recipes
 from reprokit.plan.request import Request
 

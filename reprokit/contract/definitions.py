@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from reprokit.trainers import contract
+from reprokit.contract.trainers import contract
 
 DEFINITIONS: dict[str, str] = contract()["definitions"]
 Definition = Literal[tuple(DEFINITIONS)]  # type: ignore[valid-type]

@@ -22,12 +22,12 @@ from invoke import Exit, Task
 from invoke import task as invoke_task
 from invoke.parser import ParserContext
 
-from reprokit.errors import ReprokitError
-from reprokit.invocation import command
-from reprokit.options import OPTIONS, RunOptions, default_of
-from reprokit.positionals import OptionalPositionals
-from reprokit.run import files
-from reprokit.textsafe import line
+from reprokit.cli.options import OPTIONS, RunOptions, default_of
+from reprokit.cli.positionals import OptionalPositionals
+from reprokit.contract import files
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.invocation import command
+from reprokit.contract.textsafe import line
 
 HELP_WORDS = ("-h", "--help")
 # The only short flags: chosen, never derived from a flag's first free letter.
@@ -169,7 +169,7 @@ def options_task(
                 }
             )
             if options.quiet:
-                from reprokit.console import console
+                from reprokit.contract.console import console
 
                 console.quiet = True  # messages and progress; the result and errors still print
             return fn(c, given_recipe, options, **own)

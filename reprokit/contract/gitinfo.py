@@ -11,7 +11,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def git(*args: str) -> str | None:

@@ -15,10 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reprokit.run import bounded, files
-from reprokit.run.bounded import Malformed
-from reprokit.textsafe import line as one_line
-from reprokit.trainers import contract
+from reprokit.contract import bounded, files
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.textsafe import line as one_line
+from reprokit.contract.trainers import contract
 
 LOG_TAIL_LINES = 30
 # The run directory's file names, as the trainers' contract (reprokit_trainers/contract.json) names them.

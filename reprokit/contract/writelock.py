@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reprokit.run import files
-from reprokit.textsafe import line
+from reprokit.contract import files
+from reprokit.contract.textsafe import line
 
 SESSION_LOCK = ".reprokit-writing.lock"
 # Locks this process holds, by the lock file's real path and the thread that took it: taken again by

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 PACKAGE = "reprokit_trainers"
 

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reprokit.errors import ReprokitError
-from reprokit.textsafe import line
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 
 # A session.json, cell.json, sysinfo.json or summary.json is a few KiB; a results.jsonl a few MiB.
 MAX_JSON_BYTES = 16 * 2**20

@@ -12,7 +12,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 
 class Registry:
@@ -27,7 +27,8 @@ class Registry:
         self.targets[name] = target
 
     def _discover(self) -> None:
-        # Packages that declare [project.entry-points."reprokit.run.runtimes"] (or .containers) add theirs.
+        # Packages that declare [project.entry-points."reprokit.runtimes"] (or "reprokit.containers") add
+        # theirs: names of the kit's interface, not of its folders, so a move inside the kit breaks no plug-in.
         if not self._discovered:
             for point in entry_points(group=self.group):
                 self.targets.setdefault(point.name, point.value)

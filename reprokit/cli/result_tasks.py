@@ -7,17 +7,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from reprokit import settings
-from reprokit.errors import ReprokitError
-from reprokit.positionals import OptionalPositionals
+from reprokit.cli import settings
+from reprokit.cli.positionals import OptionalPositionals
+from reprokit.cli.tasking import friendly, task
+from reprokit.contract import files, sessions
+from reprokit.contract.bounded import Malformed
+from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.results import collect as collecting
 from reprokit.results import report as reporting
 from reprokit.results import terminal
-from reprokit.run import files
-from reprokit.run import session as sessions
-from reprokit.run.bounded import Malformed
-from reprokit.tasking import friendly, task
-from reprokit.textsafe import line
 
 SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"

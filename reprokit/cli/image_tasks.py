@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.console import console
-from reprokit.errors import ReprokitError
+from reprokit.cli.tasking import friendly, task
+from reprokit.contract.console import console
+from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
-from reprokit.tasking import friendly, task
 
 
 @task(

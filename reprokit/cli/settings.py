@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 KEYS = ("runtime", "container", "partition", "account", "time_limit", "exclusive", "image", "timeout",
         "results", "recipes", "data")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke import Exit, ParseError, Program
 
 from reprokit import __version__
-from reprokit.tasks import ns
+from reprokit.cli.tasks import ns
 
 USAGE_ERROR = 2  # what command-line tools exit with on a usage error (argparse, getopt's convention)
 

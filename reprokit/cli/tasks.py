@@ -14,10 +14,9 @@ from pathlib import Path
 
 from invoke import Collection
 
-from reprokit import image_tasks, pipes, result_tasks, trainers
-from reprokit.console import console
-from reprokit.errors import PreflightFailed, ReprokitError
-from reprokit.options import (
+from reprokit import pipeline as reproducing
+from reprokit.cli import image_tasks, pipes, result_tasks
+from reprokit.cli.options import (
     PREFLIGHT_FIELDS,
     RENDER_FIELDS,
     RESUME_FIELDS,
@@ -28,12 +27,15 @@ from reprokit.options import (
     request,
     with_settings,
 )
+from reprokit.cli.tasking import friendly, options_task, task
+from reprokit.contract import trainers
+from reprokit.contract.console import console
+from reprokit.contract.errors import PreflightFailed, ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.plan.planner import choose_scale, plan
-from reprokit.run import reproduce as reproducing
+from reprokit.plan.planner import choose_scale
+from reprokit.run.placement import plan
 from reprokit.run.wiring import runtime_for
-from reprokit.tasking import friendly, options_task, task
-from reprokit.textsafe import line
 
 RECIPES_HELP = "a recipe name or path, several separated by commas, or all (the default)"
 # `inv TASK --help | head`: invoke prints the help before any task runs, so the quiet end of a closed

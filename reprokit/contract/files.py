@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from reprokit.errors import ReprokitError
+from reprokit.contract.errors import ReprokitError
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
