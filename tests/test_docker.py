@@ -501,8 +501,12 @@ def test_a_second_build_with_nothing_changed_is_a_cache_hit(engine, cpu_image):
 
 
 def leftover_containers(engine, run_dir: Path) -> list:
-    """Containers of this run directory still there (the runtime removes its container)."""
-    return engine.containers.list(all=True, filters={"label": f"io.reprokit.run-dir={run_dir.resolve()}"})
+    """Containers of this run directory still there (the runtime removes its container). Sparse: the
+    list's own fields, as a full list inspects each container after listing it, and one the warden
+    removes in between is a 404."""
+    return engine.containers.list(
+        all=True, sparse=True, filters={"label": f"io.reprokit.run-dir={run_dir.resolve()}"}
+    )
 
 
 def _probe_cell(run_dir: Path, body: str) -> cells.Cell:
