@@ -66,6 +66,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
+@pytest.fixture(autouse=True)
+def _recipe_folders_of_this_test_only():
+    """The user's recipe folders (--recipes) are set once a process by the command line: a test that
+    calls a task with its own folder in this process leaves it to the next test on the same worker (a
+    recipe of its, met by another test's `all`), unless it is put back."""
+    from reprokit.plan import recipes
+
+    saved = list(recipes._user_dirs)
+    yield
+    recipes._user_dirs[:] = saved
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _machine_lock_of_this_test_run(tmp_path_factory):
     """The kit's machine lock (reprokit/run/machinelock.py) in this test run's own folder: the suite's
