@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.barenode import slices
+from reprokit.collect import collect
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.results import collect, formats
+from reprokit.report import formats
 from reprokit.run import supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions

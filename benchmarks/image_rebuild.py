@@ -78,9 +78,9 @@ def _installed(log: Path | None) -> list[str]:
 
 def measure(args: argparse.Namespace) -> dict[str, object]:
     sys.path.insert(0, str(args.project))
+    from reprokit import images
+    from reprokit.images import engine
     from reprokit.plan import accelerators
-    from reprokit.run import images
-    from reprokit.run.images import engine
 
     served: list[tuple[str, int]] = []
     _count_served(served)
@@ -114,7 +114,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     text = profile.lock_file.read_text()
     hashes = None
     if "--hash=" in text:
-        from reprokit.run.images import pins
+        from reprokit.images import pins
 
         hashes = pins.locked_hashes({pins.normalize(name): version}, profile.base_manifest)[
             pins.normalize(name)

@@ -42,7 +42,7 @@ def session(results: Path, name: str) -> Path:
 
 
 def run(repeats: int = 3) -> list[dict]:
-    from reprokit.results import export_mlflow
+    from reprokit.report import export_mlflow
 
     with tempfile.TemporaryDirectory(prefix="reprokit-mlflow-bench-") as tmp:
         results = Path(tmp) / "results"

@@ -185,7 +185,7 @@ def overhead() -> list[dict]:
         if result.returncode != 0:
             raise SystemExit(f"inv reproduce --dry-run failed: {result.stderr.strip().splitlines()[-1]}")
     code = (
-        "import sys, time; t = time.perf_counter(); import reprokit.run.session, reprokit.run.templating, reprokit.results.collect;"
+        "import sys, time; t = time.perf_counter(); import reprokit.run.session, reprokit.render.templates, reprokit.collect.collect;"
         "print(time.perf_counter() - t, 'torch' in sys.modules)"
     )
     imports = []

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from reprokit.collect import collect
 from reprokit.contract import files, rundirs, sessions
 from reprokit.contract.console import console
 from reprokit.contract.errors import RunFailed
@@ -18,11 +19,11 @@ from reprokit.contract.invocation import command
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, trainers_found
 from reprokit.plan.request import Request
-from reprokit.results import collect, report, terminal
-from reprokit.run import liveness, session, supervise
+from reprokit.report import report, terminal
+from reprokit.run import session, supervise, supervisor_file
 from reprokit.run.placement import plan
+from reprokit.run.plugin_options import runtime_for
 from reprokit.run.runtimes.base import run_script
-from reprokit.run.wiring import runtime_for
 
 
 def dry_run_text(the_plan: Plan, request: Request, out: str | None, session_dir: Path | None = None) -> str:
@@ -77,7 +78,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         return None
     if resume:
         # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.
-        liveness.refuse_live([session_dir / sessions.RUNS / cell.cell_id for cell in the_plan.cells])
+        supervisor_file.refuse_live([session_dir / sessions.RUNS / cell.cell_id for cell in the_plan.cells])
         session.mark_resumed(session_dir)
     else:
         session_dir = session.new_dir(out)

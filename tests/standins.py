@@ -21,9 +21,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from reprokit.images.pins import find_python
+from reprokit.images.wheelhouse import serve_directory
 from reprokit.plan.accelerators import Base
-from reprokit.run.images.pins import find_python
-from reprokit.run.images.wheelhouse import serve_directory
 
 LOCAL_BASE = "reprokit/base:bookworm"
 CACHE = Path.home() / ".cache" / "reprokit" / "standins"

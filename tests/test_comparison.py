@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.collect import collect
 from reprokit.contract import records
+from reprokit.judge import verdicts
 from reprokit.plan import cells, recipes
-from reprokit.results import collect, formats, verdicts
+from reprokit.report import formats
 from tests.fakes.summaries import complete
 
 
@@ -157,7 +159,7 @@ def test_speedups_are_over_the_baseline_of_the_same_group(tmp_path):
 
 
 def test_a_vit_rung_whose_compile_was_not_in_effect_is_a_departure(tmp_path):
-    from reprokit.results import verdicts
+    from reprokit.judge import verdicts
 
     (cell,) = [
         c
@@ -266,7 +268,7 @@ SHARED = {
 def test_a_speedup_beyond_the_publication_needs_both_runs_free_of_throughput_departures(tmp_path, disturbed):
     from rich.console import Console
 
-    from reprokit.results import terminal
+    from reprokit.report import terminal
 
     path = _with_software(tmp_path, {"optimizer": "adamw-per-tensor"}, variants_beyond=True)
     published, beyond = _cell_of(path, "workers2"), _cell_of(path, "workers2-fused")
@@ -329,7 +331,7 @@ def test_a_recipe_names_only_known_software_and_published_variants(recipe_file, 
 
 
 def test_the_report_prints_the_publications_stack_beside_the_one_the_cells_ran(tmp_path):
-    from reprokit.results import pages, stacks
+    from reprokit.report import page_blocks, software_stacks
 
     cell = cells.expand(recipes.load("volo"), "volo", "cuda", "published", ["pretrain-d5"], devices=8)[0]
     assert cell.published_stack["timm"].startswith("0.4.5") and "sail-sg/volo" in cell.published_stack_source
@@ -338,18 +340,18 @@ def test_the_report_prints_the_publications_stack_beside_the_one_the_cells_ran(t
     (run_dir / "sysinfo.json").write_text(
         json.dumps({"device_name": "NVIDIA H100 80GB HBM3", "world_size": 8, "versions": versions})
     )
-    table = {name: ran for name, _, ran in stacks.stack_table([collect.row(run_dir)])[1]}
+    table = {name: ran for name, _, ran in software_stacks.stack_table([collect.row(run_dir)])[1]}
     # What the run recorded, matched by name; the GPU is the device; a product by the package that carries it.
     assert table["torch"] == "2.14.1" and table["timm"] == "1.0.15"
     assert table["gpu"] == "NVIDIA H100 80GB HBM3" and table["dali"] == "not installed"
     assert table["apex"] == "-"  # the trainers do not record Apex: nothing is claimed
-    page = pages.markdown(stacks.blocks([collect.row(run_dir)]))
+    page = page_blocks.markdown(software_stacks.blocks([collect.row(run_dir)]))
     assert "| timm | 0.4.5 (sail-sg/volo README, TokenLabeling requirements.txt) | 1.0.15 |" in page
 
 
 def test_a_recipe_without_a_published_stack_adds_nothing_to_the_report(tmp_path, recipe_file):
-    from reprokit.results import stacks
+    from reprokit.report import software_stacks
 
     cell = _cell_of(recipe_file(drop=("published_software",)), "workers2")
     row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(90.0, 74.0)))
-    assert row.published_stack == {} and stacks.blocks([row]) == []
+    assert row.published_stack == {} and software_stacks.blocks([row]) == []

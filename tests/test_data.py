@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from reprokit.collect import collect
 from reprokit.plan import cells, recipes
-from reprokit.results import collect
 from tests.conftest import run_inv
 from tests.fakes import IMAGENET_KEY, fake_env, fake_recipe, tiny_imagenet
 

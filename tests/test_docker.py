@@ -24,16 +24,16 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from rich.console import Console
 
-from reprokit import __version__
+from reprokit import __version__, images
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import kit_revision
+from reprokit.images import buildkit, pins
+from reprokit.images.build import BUILD_DIR, _stream_build, failure, plan_build
+from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.run import images, supervise
+from reprokit.run import supervise
 from reprokit.run.containers import docker as docker_platform
 from reprokit.run.handles import NoOptions
-from reprokit.run.images import buildkit, pins
-from reprokit.run.images.build import BUILD_DIR, _stream_build, failure, plan_build
-from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.run.runtimes.local import LocalRuntime
 from tests.conftest import ROOT, departures_of_the_run, run_inv
 

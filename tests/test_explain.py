@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from reprokit.results import explain, verdicts
-from reprokit.results.row import Row
+from reprokit.collect import explain
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row
 from tests.conftest import run_inv
 from tests.fakes import fake_env, fake_recipe
 from tests.mdtable import column

@@ -13,7 +13,8 @@ from invoke import Context, Exit
 from rich.console import Console
 
 from reprokit.cli import result_tasks
-from reprokit.results import collect, terminal
+from reprokit.collect import collect
+from reprokit.report import terminal
 from tests.fakes.sessions import edit_json, write_session
 
 # What a broken meter, a hand edit or another tool leaves in summary.json's figures.

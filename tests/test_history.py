@@ -231,8 +231,8 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     """Sessions alternating between two hosts are placed by when they started, not grouped by host."""
     from matplotlib.dates import ConciseDateFormatter
 
-    from reprokit.results import history
-    from reprokit.results.row import Row
+    from reprokit.judge.result_row import Row
+    from reprokit.report import history
 
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     table = [
@@ -337,7 +337,7 @@ def test_an_interrupted_mlflow_export_is_finished_by_the_next_one(two_sessions, 
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from reprokit.results import export_mlflow
+    from reprokit.report import export_mlflow
 
     results, first, _ = two_sessions
     real = MlflowClient.log_batch

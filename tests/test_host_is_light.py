@@ -16,7 +16,7 @@ PACKAGE = ROOT / "reprokit"
 def test_the_kit_and_its_tasks_do_not_import_torch():
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "import tasks, reprokit.cli.main, reprokit.run.session, reprokit.results.collect, reprokit.results.report, reprokit.run.images;"
+        "import tasks, reprokit.cli.main, reprokit.run.session, reprokit.collect.collect, reprokit.report.report, reprokit.images;"
         "import reprokit.run.runtimes.local, reprokit.run.runtimes.slurm;"
         "import reprokit.run.containers.none, reprokit.run.containers.docker, reprokit.run.containers.pyxis, reprokit.run.containers.apptainer;"
         "bad = [m for m in ('torch', 'transformers', 'timm', 'reprokit_trainers') if m in sys.modules]; print(bad); assert not bad"

@@ -14,7 +14,8 @@ import pytest
 from invoke import Context, Exit
 
 from reprokit.cli import result_tasks
-from reprokit.results import collect, history, report
+from reprokit.collect import collect
+from reprokit.report import history, report
 from tests.fakes.sessions import CELLS, edit_json, write_session
 
 GOOD = ("a", "b")

@@ -1,6 +1,6 @@
 """The host's folders stand on floors, each importing only those under it: a request goes up through the
-stages once (contract -> plan -> run -> results -> preflight -> pipeline -> cli) and never comes back
-down a folder it left. Read from the source (ast), nothing imported."""
+stages once (contract -> plan -> render -> images -> run -> judge -> collect -> report -> preflight ->
+pipeline -> cli) and never comes back down a folder it left. Read from the source (ast), nothing imported."""
 
 from __future__ import annotations
 
@@ -19,13 +19,19 @@ FLOORS = {
     "contract": 0,
     "schemas": 0,
     "plan": 1,
-    "run": 2,
-    "results": 3,
-    "preflight": 4,
-    "pipeline": 5,
-    "barenode": 5,
-    "cli": 6,
-    "__main__": 7,
+    "render": 2,
+    "images": 3,
+    "run": 4,
+    # The rules of judging stand under collect: collect judges each row as it writes it (results.csv
+    # carries the verdicts), and the row type carries them.
+    "judge": 5,
+    "collect": 6,
+    "report": 7,
+    "preflight": 8,
+    "pipeline": 9,
+    "barenode": 9,
+    "cli": 10,
+    "__main__": 11,
 }
 
 
@@ -80,9 +86,13 @@ def test_no_folder_imports_one_above_it_or_beside_it():
     ("importer", "statement", "name"),
     [
         ("plan/planner.py", "from reprokit.run import runtimes", "reprokit.run.runtimes"),  # the edge removed
-        ("results/collect.py", "def f():\n    from reprokit.pipeline import run", "reprokit.pipeline.run"),
+        ("collect/collect.py", "def f():\n    from reprokit.pipeline import run", "reprokit.pipeline.run"),
+        ("judge/verdicts.py", "from reprokit.collect import collect", "reprokit.collect.collect"),
+        ("collect/collect.py", "from reprokit.report import report", "reprokit.report.report"),
+        ("render/templates.py", "from reprokit.images import context", "reprokit.images.context"),
+        ("images/context.py", "from reprokit.run import supervise", "reprokit.run.supervise"),
         ("contract/errors.py", "import reprokit.cli.tasks", "reprokit.cli.tasks"),
-        ("run/supervise.py", "from reprokit.results import terminal", "reprokit.results.terminal"),
+        ("run/supervise.py", "from reprokit.report import terminal", "reprokit.report.terminal"),
         ("pipeline.py", "from reprokit.barenode import runner", "reprokit.barenode.runner"),  # beside it
     ],
 )

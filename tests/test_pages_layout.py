@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.collect import machines
 from reprokit.contract import sessions
+from reprokit.judge.result_row import Row
 from reprokit.plan.request import Request
-from reprokit.results import formats, history, machines, plots, report
-from reprokit.results.row import Row
+from reprokit.report import formats, history, plots, report
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.fakes import FAKES, fake_recipe

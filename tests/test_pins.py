@@ -10,11 +10,11 @@ import re
 import pytest
 import tomllib
 
+from reprokit import images
 from reprokit.cli import image_tasks
 from reprokit.contract.errors import ReprokitError
+from reprokit.images import pins
 from reprokit.plan import accelerators
-from reprokit.run import images
-from reprokit.run.images import pins
 from tests.conftest import ROOT
 
 PROFILES = ("cpu", "cuda", "gaudi2")

@@ -13,7 +13,7 @@ from reprokit.plan import accelerators
 from reprokit.plan.request import Request
 from reprokit.run import containers, runtimes, session, supervise
 from reprokit.run.placement import plan
-from reprokit.run.wiring import runtime_for
+from reprokit.run.plugin_options import runtime_for
 from tests.conftest import ROOT
 from tests.fakes import FAKES, fake_recipe
 

@@ -487,7 +487,7 @@ def test_a_users_trainer_module_this_python_lacks_is_refused_where_the_cells_run
 
 @pytest.mark.docker
 def test_the_preflight_imports_the_trainers_in_the_image_and_names_one_that_does_not_import(tmp_path):
-    from reprokit.run import images
+    from reprokit import images
 
     if images.engine_status() is not None:
         pytest.skip(f"no Docker engine: {images.engine_status()}")

@@ -21,7 +21,7 @@ FENCE = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
 
 PAGES = [
     "README.md", "ARCHITECTURE.md", "CONTRIBUTING.md", "recipes/README.md", "docker/README.md",
-    "scripts/README.md", "benchmarks/README.md", "reprokit/run/README.md", "reprokit/results/README.md",
+    "scripts/README.md", "benchmarks/README.md", "reprokit/run/README.md", "reprokit/report/README.md",
 ]  # fmt: skip
 
 

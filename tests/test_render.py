@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from reprokit import images
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.run import images
 from reprokit.run.runtimes.base import write_run_dir_inputs
 from tests.conftest import ROOT
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.plan.request import Request
-from reprokit.results import plots
+from reprokit.report import plots
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.conftest import ROOT, run_inv
@@ -172,7 +172,7 @@ def test_curves_come_from_tensorboard_event_files_without_torch(session_dir):
 
 def test_the_report_modules_load_no_plotting_or_tensorboard_until_a_report_is_written():
     code = (
-        "import sys; sys.path.insert(0, '.'); import tasks, reprokit.results.report, reprokit.results.plots;"
+        "import sys; sys.path.insert(0, '.'); import tasks, reprokit.report.report, reprokit.report.plots;"
         "bad = [m for m in ('matplotlib', 'tensorboard', 'torch') if m in sys.modules]; assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -9,17 +9,18 @@ import json
 
 import pytest
 
+from reprokit.collect import results_folder
 from reprokit.contract.definitions import DEFINITIONS
 from reprokit.contract.records import Departure
-from reprokit.results import ratios, repeats, store, verdicts
-from reprokit.results.row import COLUMNS, NUMBERS, Row
+from reprokit.judge import ratios, repeats, verdicts
+from reprokit.judge.result_row import COLUMNS, NUMBERS, Row
 from tests.fixtures.make_results_session import collected
 
 
 def test_a_row_read_back_from_results_jsonl_is_the_row_collect_wrote(tmp_path):
     session = collected(tmp_path)
     written = [json.loads(line) for line in (session / "results.jsonl").read_text().splitlines()]
-    read = store.rows_of(session)
+    read = results_folder.rows_of(session)
     assert [Row.from_json(r) for r in written] == read
     # Departures come back with their kind: a quality-only one still does not block a verdict.
     base = next(r for r in read if r.cell_id == "bridgetower--workers0")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.collect import collect
+from reprokit.judge.result_row import COLUMNS
 from reprokit.plan.request import Request
-from reprokit.results import collect
-from reprokit.results.row import COLUMNS
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.conftest import INV, ROOT, run_inv

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from reprokit.results import collect, report
+from reprokit.collect import collect
+from reprokit.report import report
 from tests.conftest import ROOT
 from tests.fakes.sessions import CELLS, write_session
 
@@ -73,7 +74,7 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from reprokit.results import export_mlflow
+    from reprokit.report import export_mlflow
 
     folder = write_session(tmp_path / "results" / "s", "2025-01-01T10:00:00+00:00")
     real, first = MlflowClient.log_batch, threading.Event()
@@ -105,7 +106,7 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
 KILLED_WHILE_DRAWING = """
 import os, signal, sys
 from pathlib import Path
-from reprokit.results import plots, report
+from reprokit.report import plots, report
 
 def dies(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's or a user's kill lands: no cleanup runs

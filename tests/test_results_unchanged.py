@@ -39,7 +39,7 @@ def test_collect_rebuilds_the_committed_sessions_results_jsonl_with_the_same_con
 
 
 def test_the_report_says_which_cells_ran_published_software_and_which_go_beyond_it(tmp_path):
-    from reprokit.results import report
+    from reprokit.report import report
 
     written = report.write(collected(tmp_path))
     text = written.markdown.read_text()
@@ -63,7 +63,8 @@ def test_a_disk_that_fills_while_drawing_leaves_a_report_without_plots_that_stil
 ):
     import errno
 
-    from reprokit.results import explain, plots, report
+    from reprokit.collect import explain
+    from reprokit.report import plots, report
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "breakdown.png"))

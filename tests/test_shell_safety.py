@@ -17,10 +17,10 @@ import yaml
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.request import Request
-from reprokit.run import shellsafe
+from reprokit.render import shell_values
+from reprokit.render.templates import render
 from reprokit.run.placement import plan
-from reprokit.run.templating import render
-from reprokit.run.wiring import runtime_for
+from reprokit.run.plugin_options import runtime_for
 from tests.conftest import INV, ROOT
 from tests.fakes import FAKES, fake_env, fake_recipe
 
@@ -152,11 +152,11 @@ def test_an_sbatch_value_that_sbatch_cannot_carry_is_refused_in_one_line(tmp_pat
 
 def test_a_value_that_skips_its_filter_stops_the_render(tmp_path):
     (tmp_path / "bad.sh.j2").write_text("# {{ title | comment }}\necho {{ title }}\n")
-    from reprokit.run import templating
+    from reprokit.render import templates
 
-    assert shellsafe.comment("a\nb\x1b[2J  c") == "a b [2J c"
+    assert shell_values.comment("a\nb\x1b[2J  c") == "a b [2J c"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(templating, "JOBS", tmp_path)
+        patch.setattr(templates, "JOBS", tmp_path)
         with pytest.raises(ReprokitError, match="would reach a shell file unfiltered"):
             render(tmp_path, "bad.sh.j2", title="x\ntouch pwned")
         assert render(tmp_path, "bad.sh.j2", title="plain-word") == "# plain-word\necho plain-word\n"

@@ -19,18 +19,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reprokit import images
+from reprokit.collect import collect
 from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
+from reprokit.images.export import export_command
+from reprokit.judge import ratios
+from reprokit.judge.result_row import COLUMNS, Row
 from reprokit.plan import accelerators, cells, recipes
-from reprokit.results import collect, ratios
-from reprokit.results.row import COLUMNS, Row
-from reprokit.run import images
 from reprokit.run.containers.apptainer import Apptainer
 from reprokit.run.containers.images_on_nodes import NodeImageOptions
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.containers.pyxis import Pyxis
 from reprokit.run.handles import NoOptions
-from reprokit.run.images.export import export_command
 from reprokit.run.runtimes import slurm
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env

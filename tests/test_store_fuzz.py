@@ -13,9 +13,9 @@ import pytest
 from invoke import Context, Exit
 
 from reprokit.cli import result_tasks
+from reprokit.collect import collect
 from reprokit.contract import bounded
 from reprokit.contract.textsafe import line
-from reprokit.results import collect
 from tests.conftest import run_inv
 from tests.fakes.malformed import Breaker, Case
 from tests.fakes.sessions import CELLS, write_session

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.collect import collect
 from reprokit.contract import bounded, records, rundirs, trainers
-from reprokit.results import collect
 from reprokit_trainers.common.record import summaryschema
 from tests.conftest import ROOT
 from tests.fakes.sessions import CELLS, FIXTURE, write_session

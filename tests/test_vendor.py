@@ -7,12 +7,12 @@ import hashlib
 
 import pytest
 
+from reprokit import images
 from reprokit.contract.errors import ReprokitError
+from reprokit.images import vendor
+from reprokit.images.wheelhouse import serve_directory
 from reprokit.plan import accelerators
 from reprokit.plan.accelerators import Vendor, VendorFile
-from reprokit.run import images
-from reprokit.run.images import vendor
-from reprokit.run.images.wheelhouse import serve_directory
 
 FILES = {"habana_dataloader_trainer.py": b"# stand-in 1\n", "clip_media_pipe.py": b"# stand-in 2\n"}
 

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.barenode import archive, slices
+from reprokit.collect import collect
 from reprokit.contract import files, rundirs, sessions, trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
-from reprokit.results import collect
 from reprokit.run import machinelock, session, supervise
 from reprokit.run.containers.none import NoContainer
 from reprokit.run.handles import NoOptions
@@ -156,7 +156,7 @@ class NodeRun:
         try:
             self.write_rows()
             if final:
-                from reprokit.results import report
+                from reprokit.report import report
 
                 report.write(self.session_dir)
             packed = self.pack()

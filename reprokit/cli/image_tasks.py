@@ -1,5 +1,5 @@
 """The image tasks: build the accelerator's pinned image, resolve its pins, fill an offline
-wheelhouse, export the image for Slurm nodes. Thin: the work is in reprokit/run/images/."""
+wheelhouse, export the image for Slurm nodes. Thin: the work is in reprokit/images/."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def build(
     builder="auto",
 ):
     """Build the accelerator's pinned image (a cache hit when nothing changed)."""
-    from reprokit.run import images
+    from reprokit import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     if dry_run:
@@ -59,7 +59,7 @@ def build(
 def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_vendor=False):
     """Download exactly the wheels the image's pip layer installs (its lock), for the base's Python and
     glibc, for an offline `inv build --wheelhouse`."""
-    from reprokit.run import images
+    from reprokit import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     folder = Path(dest or f"wheelhouse/{profile.name}")
@@ -67,7 +67,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
     size = sum(w.stat().st_size for w in wheels) / 2**30
     print(f"{len(wheels)} wheels ({size:.1f} GiB) in {folder}")
     if profile.vendor is not None and not without_vendor:
-        from reprokit.run.images import vendor
+        from reprokit.images import vendor
 
         staged = vendor.stage(profile, folder)
         print(f"{len(staged)} vendor files (sha256 checked) in {folder / 'vendor'}")
@@ -88,7 +88,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
     """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
     pip layer installs, whether it would replace anything the base provides, and the sha256 of every
     file of each pinned version the base can install (from the package index)."""
-    from reprokit.run.images import pins as resolving
+    from reprokit.images import pins as resolving
 
     if check and upgrade:
         raise ReprokitError("--check holds the lock to a resolution with its versions: drop --upgrade")
@@ -140,7 +140,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
 
 def _check_lock(profile, install: dict[str, str], hashes: dict[str, list[str]], index: str) -> None:
     """The lock's versions are the resolution's, and its hashes those the index lists, in one line."""
-    from reprokit.run.images import pins as resolving
+    from reprokit.images import pins as resolving
 
     fix = f"rewrite it with `inv pins --accelerator {profile.name} --write`"
     problems = resolving.lock_problems(profile)
@@ -172,7 +172,7 @@ def _check_lock(profile, install: dict[str, str], hashes: dict[str, list[str]], 
 @friendly
 def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  # noqa: A002 - the flag's name
     """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
-    from reprokit.run import images
+    from reprokit import images
 
     profile = accelerators.get(accelerators.resolve(accelerator))
     command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)

@@ -10,13 +10,13 @@ from pathlib import Path
 from reprokit.cli import settings
 from reprokit.cli.positionals import OptionalPositionals
 from reprokit.cli.tasking import friendly, task
+from reprokit.collect import collect as collecting
 from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.results import collect as collecting
-from reprokit.results import report as reporting
-from reprokit.results import terminal
+from reprokit.report import report as reporting
+from reprokit.report import terminal
 
 SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
@@ -95,7 +95,7 @@ def report(c, session, results=None):
 def history(c, recipe, cell=None, device=None, results=None, json_=False):
     """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
     results folder."""
-    from reprokit.results import history as over_time
+    from reprokit.report import history as over_time
 
     folder = _results(results)
     found = over_time.read(folder, None if recipe == "all" else recipe, cell, device)
@@ -141,7 +141,7 @@ def compare(
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host.
     With --fail-on-regression, a cell it cannot judge fails the gate too, unless --skip-unjudged."""
-    from reprokit.results import compare as comparing
+    from reprokit.report import compare as comparing
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
     given = [Path(a), Path(b)]
@@ -190,7 +190,7 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
     numbers and provenance, under one run per session carrying the report."""
     if to != "mlflow":
         raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
-    from reprokit.results import export_mlflow
+    from reprokit.report import export_mlflow
 
     if tracking_uri:
         export_mlflow.check_uri(tracking_uri)  # before anything is read: one line naming the stores that work

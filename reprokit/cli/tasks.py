@@ -35,7 +35,7 @@ from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
-from reprokit.run.wiring import runtime_for
+from reprokit.run.plugin_options import runtime_for
 
 RECIPES_HELP = "a recipe name or path, several separated by commas, or all (the default)"
 # `inv TASK --help | head`: invoke prints the help before any task runs, so the quiet end of a closed
@@ -153,7 +153,7 @@ def show(c, recipe, options: RunOptions, json_=False):
             print(line(f"  published {key}={value}, run with {key}={cell.args.get(key)}"))
         for note in cell.notes:
             print(line(f"  note: {note}"))
-        # Shell words are quoted (shellsafe); a control character in one is shown, never sent.
+        # Shell words are quoted (render/shell_values.py); a control character in one is shown, never sent.
         print("  " + " \\\n    ".join(line(word) for word in cells.shell_args(cell.argv())))
 
 
@@ -169,8 +169,8 @@ def render(c, recipe, options: RunOptions):
     The run directories are rendered/<accelerator>-<scale>/runs/<cell>/: cell.json and run.sh, and
     with --runtime slurm sbatch.sh and bind-rank.sh; a cell that reads another's checkpoint finds it
     beside it, as in a session."""
-    from reprokit.run import images
-    from reprokit.run.images.build import vendor_for
+    from reprokit import images
+    from reprokit.images.build import vendor_for
 
     options, site = with_settings(options)
     asked = request(recipe_names(recipe), options, site)

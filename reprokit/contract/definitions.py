@@ -1,6 +1,6 @@
 """What a throughput figure counts: the definitions the publications used and the trainers record
 (the run-directory contract's `definitions`). A measured number is judged against a published one
-only under the same definition (results/verdicts.py)."""
+only under the same definition (judge/verdicts.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The file names, schema version and departure kinds are the trainers' contract
 trainers' summary.schema.json (every field declared and typed: trainers.summary_problem); an older one
 is read as it was written, fields the host does not know kept; a summary from before schema 2 (the kit's
 first version) has no figure to read and is judged by nothing. Every row of results, report and plots is
-made from these records (results/verdicts.py).
+made from these records (judge/verdicts.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A recipe title, a cell id, a host name or a session folder's name is whatever it
 hostile file) made it: an ESC sequence that clears a terminal or retitles its window, a newline that
 splits a table row, `<script>` in report.md, `[/]` that rich reads as markup, `$...$` that matplotlib
 reads as math. Each function here makes such text inert for one destination; HTML is escaped where
-the page is made (pages.py), a shell word where a script is rendered (run/shellsafe.py).
+the page is made (report/page_blocks.py), a shell word where a script is rendered (render/shell_values.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from reprokit.preflight.checks import CHECKS
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Report
 from reprokit.run.placement import plan
-from reprokit.run.wiring import runtime_for
+from reprokit.run.plugin_options import runtime_for
 
 # Seconds one stepped cell may take (a published model loads and compiles before its first step).
 STEP_TIMEOUT_S = 900.0

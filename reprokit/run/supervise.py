@@ -28,12 +28,12 @@ from reprokit.contract.errors import StartFailed
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
-from reprokit.run import liveness, machinelock
+from reprokit.run import machinelock, supervisor_file
 from reprokit.run.containers.base import LOCAL
 from reprokit.run.handles import Ended, Handle
+from reprokit.run.plugin_options import runtime_for
 from reprokit.run.progress import MatrixProgress
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
-from reprokit.run.wiring import runtime_for
 
 TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -96,7 +96,7 @@ def _interrupted(run_dir: Path, handle: Handle | None) -> None:
             handle.close()
         with contextlib.suppress(OSError):
             rundirs.finish(run_dir, stopped.exit_code, "interrupted")
-            liveness.clear(run_dir)
+            supervisor_file.clear(run_dir)
 
 
 def run_cell(
@@ -144,13 +144,13 @@ def run_cell(
         return settle(run_dir, ended, reason)
     finally:
         with contextlib.suppress(OSError):  # an unlink needs no space; a read-only folder keeps it
-            liveness.clear(run_dir)
+            supervisor_file.clear(run_dir)
 
 
 def _record(handle: Handle, run_dir: Path) -> None:
     process = handle.process()
     if process is not None:
-        liveness.record(run_dir, *process)
+        supervisor_file.record(run_dir, *process)
 
 
 def settle(run_dir: Path, ended: Ended, reason: str | None = None) -> dict:

@@ -34,7 +34,7 @@ def write_session(
             figure["value"] *= rate
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     if collect:
-        from reprokit.results import collect as collecting
+        from reprokit.collect import collect as collecting
 
         collecting.collect(folder)
     return folder

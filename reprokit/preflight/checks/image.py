@@ -9,13 +9,13 @@ import shutil
 import subprocess
 import sys
 
+from reprokit import images
 from reprokit.contract.errors import ReprokitError
+from reprokit.images import pins
 from reprokit.preflight import baseimage
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
-from reprokit.run import images
-from reprokit.run.images import pins
 
 READ_BACK_TIMEOUT_S = 180
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from reprokit.contract import records
 from reprokit.contract.console import console
+from reprokit.judge import verdicts
 from reprokit.plan.cells import Cell
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
-from reprokit.results import verdicts
 from reprokit.run import supervise
 
 # Steps run: one warm-up step and two measured ones, each logged.

@@ -11,11 +11,11 @@ import shutil
 import subprocess
 import sys
 
+from reprokit import images
 from reprokit.contract import trainers
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
-from reprokit.run import images
 
 # Importing torch, transformers and timm on a loaded machine: tens of seconds at worst.
 IMPORT_TIMEOUT_S = 300

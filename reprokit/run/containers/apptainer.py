@@ -6,10 +6,10 @@ import shlex
 import shutil
 from pathlib import Path
 
+from reprokit import images
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run import images
 from reprokit.run.containers.base import LOCAL, SCRATCH_ENV, SRUN, Container, Launch, start_process
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, in_image_setup, node_image
 from reprokit.run.handles import Handle

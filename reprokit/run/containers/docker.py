@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit import images
 from reprokit.contract import rundirs
 from reprokit.contract.errors import ReprokitError, StartFailed
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run import images
 from reprokit.run.containers import warden
 from reprokit.run.containers.base import LOCAL, Container, Launch
 from reprokit.run.handles import Ended, Handle

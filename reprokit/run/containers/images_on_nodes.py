@@ -7,9 +7,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from reprokit import images
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
-from reprokit.run import images
 from reprokit.run.containers.base import SCRATCH_ENV
 
 

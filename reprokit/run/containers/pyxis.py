@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reprokit import images
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
-from reprokit.run import images
 from reprokit.run.containers.base import SRUN, Container, Launch
 from reprokit.run.containers.images_on_nodes import NodeImageOptions, in_image_setup, node_image
 

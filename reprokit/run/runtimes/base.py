@@ -18,9 +18,9 @@ from reprokit.contract import files, rundirs
 from reprokit.contract.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell, argv_lines
+from reprokit.render.templates import render
 from reprokit.run import machinelock
 from reprokit.run.handles import Handle, NoOptions
-from reprokit.run.templating import render
 
 
 class Runtime(ABC):

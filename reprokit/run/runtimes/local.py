@@ -19,7 +19,7 @@ class LocalRuntime(Runtime):
 
     def auto_container(self, profile: Profile) -> tuple[str, str | None]:
         """Docker when an engine answers and this kit's image for the accelerator is built."""
-        from reprokit.run import images
+        from reprokit import images
 
         engine = images.engine_status()
         if engine is not None:

@@ -24,10 +24,10 @@ from reprokit.contract.layout import JOBS
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
 from reprokit.plan.recipes import load as load_recipe
+from reprokit.render.templates import render
 from reprokit.run.containers.base import SRUN
 from reprokit.run.handles import Ended, Handle, wait_for
 from reprokit.run.runtimes.base import Runtime, write_run_dir_inputs
-from reprokit.run.templating import render
 
 POLL_SECONDS = 3.0
 # After the job ends, how long summary.json may take to show on shared storage (NFS caches).

@@ -95,7 +95,7 @@ def write_summary(
         optimizer_eps=optimizer.defaults.get("eps"),
         sharding=train_args.sharding,
         compile=train_args.compile,
-        # The switches the host compares with what the cell asked (reprokit/results/verdicts.py).
+        # The switches the host compares with what the cell asked (reprokit/judge/verdicts.py).
         torch_compile=train_args.compile,
         loader="torch",
         tf32=tf32["tf32_matmul"],

@@ -7,8 +7,9 @@ from rich.console import Console
 from rich.table import Table
 
 from reprokit.contract.textsafe import line, markup
-from reprokit.results import formats, verdicts
-from reprokit.results.row import Row
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row
+from reprokit.report import formats
 
 VERDICT_STYLES = {
     verdicts.REPRODUCED: "green",

@@ -24,7 +24,7 @@ from reprokit.contract import bounded, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
 
 RESULTS_FILE = sessions.RESULTS_JSONL
 # Folders a results folder holds that are not sessions: the MLflow store's artifacts.

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 from reprokit.contract.errors import ReprokitError
+from reprokit.images.context import image_tag
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images.context import image_tag
 
 EXPORT_FORMATS = {"enroot": ".sqsh", "apptainer": ".sif"}
 EXPORTS_DIR = Path("exports")

@@ -18,17 +18,17 @@ Nothing here imports a runtime; runtimes and container platforms import this pac
 
 from __future__ import annotations
 
-from reprokit.run.images.build import BuildResult, build, dry_run, image_info
-from reprokit.run.images.context import (
+from reprokit.images.build import BuildResult, build, dry_run, image_info
+from reprokit.images.context import (
     context_files,
     context_hash,
     image_repository,
     image_tag,
     write_context,
 )
-from reprokit.run.images.engine import client, engine_status
-from reprokit.run.images.export import export, export_path
-from reprokit.run.images.wheelhouse import wheelhouse, wheelhouse_command
+from reprokit.images.engine import client, engine_status
+from reprokit.images.export import export, export_path
+from reprokit.images.wheelhouse import wheelhouse, wheelhouse_command
 
 __all__ = [
     "BuildResult",

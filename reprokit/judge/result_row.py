@@ -22,7 +22,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from reprokit.contract.definitions import DEFINITIONS
 from reprokit.contract.records import Departure
-from reprokit.results import verdicts
+from reprokit.judge import verdicts
 
 CSV = "csv"
 # The folder of the run directory on this machine: the report reads its curves there; results.jsonl,

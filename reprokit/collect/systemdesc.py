@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.contract import files
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
 
 FOLDER = "systems"
 UNKNOWN = "N/A"

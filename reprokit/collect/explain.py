@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reprokit.results import ratios, verdicts
-from reprokit.results.row import Row
+from reprokit.judge import ratios, verdicts
+from reprokit.judge.result_row import Row
 
 SHARES = ("data_wait", "compute", "communication", "other")
 # How a sentence names the time each share stands for.

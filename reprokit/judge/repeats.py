@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprokit.results import verdicts
-from reprokit.results.row import Row, measured_columns
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row, measured_columns
 
 # What results.jsonl keeps of each run of a series.
 RUN_FIELDS = ("cell_id", "status", "measured", "measured_per_device", "error")

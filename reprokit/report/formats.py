@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprokit.results import verdicts
-from reprokit.results.row import Row
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row
 
 
 def number(value: Any, digits: int = 2) -> str:

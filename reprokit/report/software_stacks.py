@@ -7,8 +7,8 @@ ran with. A reader sees both at once: what a reproduction on today's stack is me
 
 from __future__ import annotations
 
-from reprokit.results.pages import Block
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
+from reprokit.report.page_blocks import Block
 
 NOT_RECORDED = "-"
 

@@ -15,13 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from reprokit.collect import machines, results_folder
 from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.textsafe import line as one_line
-from reprokit.results import machines, pages, store
-from reprokit.results.pages import Block
-from reprokit.results.plots import DPI, Plot
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
+from reprokit.report import page_blocks
+from reprokit.report.page_blocks import Block
+from reprokit.report.plots import DPI, Plot
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
@@ -72,7 +73,7 @@ def read(
 ) -> History:
     """Every completed cell of every session, oldest session first, filtered by recipe, cell id
     (a part of it) and device (a part of its name, any case)."""
-    found = store.read(results)
+    found = results_folder.read(results)
     wanted_device = device.lower() if device else None
     table = []
     for item in found.sessions:
@@ -118,13 +119,13 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     started (a date axis, so 5,000 sessions read as a line, and sessions on two machines interleave as
     they happened), from zero (a 2% step must not fill the height); returns the figure and how many
     series the legend leaves out."""
-    from reprokit.results.plots import matplotlib_safe
+    from reprokit.report.plots import matplotlib_safe
 
     matplotlib_safe()  # a device or machine named `$\\foo{$` is a name, not math text
     from matplotlib import dates
     from matplotlib.figure import Figure
 
-    from reprokit.results.plots import FONT, TITLE_FONT, titled, unjudged_scale
+    from reprokit.report.plots import FONT, TITLE_FONT, titled, unjudged_scale
 
     series = sorted(_series(mine).items(), key=lambda kv: -len(kv[1]))
     named = min(len(series), LEGEND_SERIES)
@@ -185,7 +186,7 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
 
 def plots(table: list[Entry], folder: Path) -> list[Plot]:
     """Per cell, its per-device figure session after session, as PNG files in `folder`."""
-    from reprokit.results.plots import slug
+    from reprokit.report.plots import slug
 
     drawn = []
     for cell_id in dict.fromkeys(e.row.cell_id for e in table):
@@ -228,7 +229,7 @@ def write(results: Path, table: list[Entry]) -> Path:
                 nowrap=PAGE_NOWRAP,
             ),  # fmt: skip
         ]
-        text = pages.html(f"reprokit history: {results}", content)
+        text = page_blocks.html(f"reprokit history: {results}", content)
     return files.write_text(results / "history.html", text)
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.contract.errors import ReprokitError
+from reprokit.images import pins
+from reprokit.images.pins import platform_flags
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images import pins
-from reprokit.run.images.pins import platform_flags
 
 
 def wheelhouse_command(profile: Profile, dest: Path, python_version: str | None = None) -> list[str]:

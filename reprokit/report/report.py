@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 
+from reprokit.collect import collect, explain
 from reprokit.contract import files, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.definitions import DEFINITIONS
 from reprokit.contract.invocation import command
-from reprokit.results import collect, explain, formats, pages, stacks, verdicts
-from reprokit.results.pages import Block
-from reprokit.results.plots import Plot
-from reprokit.results.row import Row
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row
+from reprokit.report import formats, page_blocks, software_stacks
+from reprokit.report.page_blocks import Block
+from reprokit.report.plots import Plot
 
 # ---------------------------------------------------------------------------------------------
 # Content, as blocks both renderers understand
@@ -277,7 +279,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         if assumptions:
             out.append(Block("p", "The verdicts rest on these readings of the publication:"))
             out += [Block("note", text) for text in assumptions]
-        out += stacks.blocks(rows)
+        out += software_stacks.blocks(rows)
         read = False
         for plot in plots:
             if plot.recipe == recipe:
@@ -318,11 +320,11 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
 
 
 def markdown(session_dir: Path, table: list[Row], plots: list[Plot] | None = None) -> str:
-    return pages.markdown(blocks(session_dir, table, plots or []))
+    return page_blocks.markdown(blocks(session_dir, table, plots or []))
 
 
 def to_html(session_dir: Path, table: list[Row], plots: list[Plot] | None = None) -> str:
-    return pages.html(f"reprokit report: {session_dir.name}", blocks(session_dir, table, plots or []))
+    return page_blocks.html(f"reprokit report: {session_dir.name}", blocks(session_dir, table, plots or []))
 
 
 @dataclass
@@ -341,7 +343,7 @@ def write(session_dir: Path) -> Written:
     keeps its images until the new one is written: the new plots are drawn under names of their own,
     put in place of the old ones, then the report is written, and only then are images it no longer
     shows removed; a report killed at any moment leaves a report whose images are all there."""
-    from reprokit.results import plots as plotting
+    from reprokit.report import plots as plotting
 
     with writelock.session(session_dir, "a report"):
         found = collect.collect(session_dir)

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit.collect import machines, results_folder
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line as markup_free
 from reprokit.contract.textsafe import markup
-from reprokit.results import machines, store
-from reprokit.results.row import Row
-from reprokit.results.verdicts import not_a_rate
+from reprokit.judge.result_row import Row
+from reprokit.judge.verdicts import not_a_rate
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.
@@ -127,11 +127,14 @@ def compare(
     """Every cell of either session, matched by cell id (`latest` and `previous` among the sessions
     that can be read: those that cannot are added to `skipped`)."""
     left: list[Malformed] = []
-    a_dir, b_dir = store.resolve_session(results, first, left), store.resolve_session(results, second, left)
+    a_dir, b_dir = (
+        results_folder.resolve_session(results, first, left),
+        results_folder.resolve_session(results, second, left),
+    )
     if skipped is not None:
         skipped += list({str(x): x for x in left}.values())  # latest and previous list the same ones
-    a_rows = {r.cell_id: r for r in store.rows_of(a_dir, a_dir.parent)}
-    b_rows = {r.cell_id: r for r in store.rows_of(b_dir, b_dir.parent)}
+    a_rows = {r.cell_id: r for r in results_folder.rows_of(a_dir, a_dir.parent)}
+    b_rows = {r.cell_id: r for r in results_folder.rows_of(b_dir, b_dir.parent)}
     found = []
     for cell_id in dict.fromkeys([*a_rows, *b_rows]):
         a, b = a_rows.get(cell_id), b_rows.get(cell_id)

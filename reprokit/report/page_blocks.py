@@ -14,7 +14,7 @@ from reprokit.contract.textsafe import fence
 from reprokit.contract.textsafe import line as one_line
 from reprokit.contract.textsafe import lines as visible_lines
 from reprokit.contract.textsafe import markdown as md
-from reprokit.results.plots import Plot
+from reprokit.report.plots import Plot
 
 
 @dataclass

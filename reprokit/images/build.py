@@ -20,12 +20,12 @@ from typing import Any
 from reprokit import __version__
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import checkout, kit_revision, kit_source
+from reprokit.images import buildkit, engine, vendor
+from reprokit.images.buildkit import Builder
+from reprokit.images.context import context_files, context_hash, dockerfile, image_tag, write_context
+from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.plan import recipes
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images import buildkit, engine, vendor
-from reprokit.run.images.buildkit import Builder
-from reprokit.run.images.context import context_files, context_hash, dockerfile, image_tag, write_context
-from reprokit.run.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 
 BUILD_DIR = Path("rendered") / "build"
 OCI = "org.opencontainers.image"

@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.collect import explain
 from reprokit.contract import bounded, files, rundirs, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.textsafe import line
-from reprokit.results import explain, verdicts
-from reprokit.results.row import Row
+from reprokit.judge import verdicts
+from reprokit.judge.result_row import Row
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reprokit.results.row import Row
-from reprokit.results.verdicts import (
+from reprokit.judge.result_row import Row
+from reprokit.judge.verdicts import (
     BEYOND,
     NOT_COMPARABLE,
     STEADY,

@@ -18,9 +18,9 @@ from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.layout import DOCKER
 from reprokit.contract.trainers import PACKAGE as TRAINERS_PACKAGE
+from reprokit.images import pins, vendor
 from reprokit.plan.accelerators import Profile
-from reprokit.run.images import pins, vendor
-from reprokit.run.templating import render
+from reprokit.render.templates import render
 
 SKIPPED = ("__pycache__", ".pyc", ".pyo")
 

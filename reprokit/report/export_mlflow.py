@@ -35,12 +35,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reprokit import DISTRIBUTION
+from reprokit.collect import collect, results_folder
 from reprokit.contract import bounded, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.results import collect, store
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
 from reprokit.run import machinelock
 
 EXPERIMENT = "reprokit"
@@ -271,7 +271,7 @@ def _export(session_dir: Path, table: list[Row], uri: str, artifacts: str | None
     client = _client(uri)
     experiment = _experiment(client, artifacts)
     # A name that is not UTF-8 is logged as its bytes escaped (MLflow holds text).
-    session = store.printable(session_dir.name)
+    session = results_folder.printable(session_dir.name)
     root = session_dir.parent
     owner = {OWNER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
     existing: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from reprokit.results.row import Row
+from reprokit.judge.result_row import Row
 
 # Docker's default hostname: the first 12 hex digits of the container's id.
 CONTAINER_HOSTNAME = re.compile(r"[0-9a-f]{12}")

@@ -3,7 +3,7 @@
 Because the rows are rebuilt from the run directories every time, `inv collect` after a crash
 or a resume always gives the same table as the session itself would have. Each row is a run
 directory read as typed records (records.py) and judged against its published figures by
-verdicts.py, the one place where measured meets published, into a Row (row.py); the repetitions of a
+verdicts.py, the one place where measured meets published, into a Row (judge/result_row.py); the repetitions of a
 cell (repeats.py), the speedups and scaling efficiencies (ratios.py) come back as values and make new
 rows, never changed in place.
 
@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.collect import explain, systemdesc
 from reprokit.contract import bounded, files, records, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
+from reprokit.judge import ratios, repeats, verdicts
+from reprokit.judge.result_row import Row, csv_text, measured_columns
 from reprokit.plan import accelerators
-from reprokit.results import explain, ratios, repeats, systemdesc, verdicts
-from reprokit.results.row import Row, csv_text, measured_columns
 
 # A cell whose run directory holds a file the kit will not read (its error names the file and why).
 UNREADABLE = "unreadable"
