@@ -58,6 +58,26 @@ def _open(lock_file: Path) -> int:
 
 
 @contextlib.contextmanager
+def flocked(fd: int, holder: Callable[[], dict], waiting: Callable[[], None]) -> Iterator[None]:
+    """An exclusive flock on `fd` (the machine's lock and the writers' share it): `waiting()` is called
+    once when another holds it, then this waits; who holds it (`holder()`) is written in the file while
+    held, so the next one waiting can say who, and cleared after. The caller closes `fd`."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        waiting()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder()).encode(), 0)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+
+
+@contextlib.contextmanager
 def held(lock_file: Path, what: str, say: Callable[[str], None] = _stderr) -> Iterator[None]:
     """Hold `lock_file` while `what` (`inv report`, an export) writes beside it, waiting while another
     process holds it, and saying so once."""
@@ -76,27 +96,24 @@ def held(lock_file: Path, what: str, say: Callable[[str], None] = _stderr) -> It
             raise
         yield  # a folder nobody can write here: nothing to take turns for
         return
+
+    def me() -> dict:
+        return {
+            "what": what,
+            "pid": os.getpid(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def waiting() -> None:
+        say(f"waiting: {_holder(fd)} is writing {line(lock_file.parent)} (Ctrl-C stops waiting)")
+
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting: {_holder(fd)} is writing {line(lock_file.parent)} (Ctrl-C stops waiting)")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):
-            me = {
-                "what": what,
-                "pid": os.getpid(),
-                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(me).encode(), 0)
-        _held[key] = 1
-        try:
-            yield
-        finally:
-            del _held[key]
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+        with flocked(fd, me, waiting):
+            _held[key] = 1
+            try:
+                yield
+            finally:
+                del _held[key]
     finally:
         os.close(fd)  # releases the lock
 

@@ -11,7 +11,6 @@ dies, so a killed session never leaves the machine locked.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import getpass
 import json
 import os
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from reprokit.contract import sessions
+from reprokit.contract.writelock import flocked
 
 NAME = "reprokit-machine.lock"
 SYSTEM_DIR = Path("/run/lock")
@@ -69,29 +69,26 @@ def held(session_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
     folder = lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
     fd = _open(folder / NAME)
+
+    def me() -> dict:
+        return {
+            "session": str(session_dir),
+            "user": getpass.getuser(),
+            "pid": os.getpid(),
+            "since": sessions.now(),
+        }
+
+    def waiting() -> None:
+        say(f"waiting for this machine: {_holder(fd)} is measuring on it (Ctrl-C stops waiting)")
+
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for this machine: {_holder(fd)} is measuring on it (Ctrl-C stops waiting)")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):
-            me = {
-                "session": str(session_dir),
-                "user": getpass.getuser(),
-                "pid": os.getpid(),
-                "since": sessions.now(),
-            }
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(me).encode(), 0)
-        os.environ[HELD_ENV] = "1"
-        _held.append(fd)
-        try:
-            yield
-        finally:
-            _held.remove(fd)
-            os.environ.pop(HELD_ENV, None)
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+        with flocked(fd, me, waiting):
+            os.environ[HELD_ENV] = "1"
+            _held.append(fd)
+            try:
+                yield
+            finally:
+                _held.remove(fd)
+                os.environ.pop(HELD_ENV, None)
     finally:
         os.close(fd)  # releases the lock
