@@ -47,7 +47,8 @@ images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (AC
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
 # The suite on WORKERS cores (pytest-xdist; WORKERS=0 runs it in this process); a file's tests of one service
-# (the Docker engine, the Slurm cluster) in turn on one worker (--dist loadgroup, tests/conftest.py).
+# (the Docker engine, the Slurm cluster), and those sharing a fixture made once per module, in turn on one
+# worker (--dist loadgroup, tests/conftest.py).
 WORKERS ?= 2
 
 test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)

@@ -54,9 +54,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        for service in ("docker", "slurm"):
-            if item.get_closest_marker(service):
-                item.add_marker(pytest.mark.xdist_group(f"{service}-{item.path.stem}"))
+        service = next((s for s in ("docker", "slurm") if item.get_closest_marker(s)), None)
+        if service:
+            item.add_marker(pytest.mark.xdist_group(f"{service}-{item.path.stem}"))
+        elif _shares_a_module_fixture(item):
+            # A fixture made once per module (a session trained, a wheel built, a venv made) is made once
+            # per worker that runs a test of the module: its tests go to one worker, or it is made twice.
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))
     # The longest work first (a service's tests, one after another, then the tests that train), so that
     # no worker is left with a long group while the other has nothing to do.
     items.sort(
@@ -64,6 +68,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
         )
     )
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module- or session-scoped fixture of its own file."""
+    module = item.nodeid.split("::")[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in info.name2fixturedefs.values() if info else ():
+        for definition in definitions:
+            if definition.scope in ("module", "session") and definition.baseid == module:
+                return True
+    return False
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +101,10 @@ def _machine_lock_of_this_test_run(tmp_path_factory):
     # Trainers run by the suite share a developer's machine: whether it was shared is tested on its own
     # (test_machineload.py), not in every test that reads a summary's departures.
     os.environ["REPROKIT_WATCH_LOAD"] = "0"
+    # A worker that tokenized in this process (test_trainer_bridgetower's tokenizer) and then starts a
+    # process (the kit's cells) would hear tokenizers' warning about the fork on its stderr, in the output
+    # of whichever command runs in the worker next.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
 @pytest.fixture

@@ -116,11 +116,13 @@ def fake_pynvml(*gpus: dict, unsupported: tuple[str, ...] = (), init_error: type
 
 @pytest.fixture
 def machine(monkeypatch, tmp_path):
-    """This machine's CPU and memory with py-cpuinfo's one-second probe stubbed, and no hl-smi on PATH;
+    """This machine's CPU and memory with py-cpuinfo's one-second probe stubbed (on a system without
+    /proc/cpuinfo, where it is asked), and no hl-smi on PATH;
     returns a function that puts a fake pynvml (or None: not installed) in place and describes."""
     cpuinfo = types.ModuleType("cpuinfo")
     cpuinfo.get_cpu_info = lambda: {"brand_raw": "Stub CPU @ 2.00GHz", "hz_advertised": [2_000_000_000, 0]}
     monkeypatch.setitem(sys.modules, "cpuinfo", cpuinfo)
+    monkeypatch.setattr(hardware, "PROC_CPUINFO", tmp_path / "no-cpuinfo")  # a system without it
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
@@ -165,6 +167,12 @@ def test_names_this_machines_cpu_cores_and_memory(here):
     assert "provenance_missing" not in here, (
         "psutil, py-cpuinfo and nvidia-ml-py are pinned in the kit's venv"
     )
+
+
+def test_the_cpus_name_read_from_the_kernel_is_the_one_py_cpuinfo_finds(here):
+    import cpuinfo
+
+    assert here["host_processor_model_name"] == cpuinfo.get_cpu_info()["brand_raw"]
 
 
 def test_usable_memory_is_at_most_the_machines(here):

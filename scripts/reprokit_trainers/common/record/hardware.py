@@ -6,7 +6,8 @@ The names follow MLPerf's system description (the fields mlperf_logging's system
 the same name holds one ("79.6 GiB"); beside it, the number the kit compares carries its unit in its name
 (``accelerator_memory_capacity_bytes``). Values are scalars only: no nested dicts or lists.
 
-The facts come from maintained libraries: psutil and py-cpuinfo (CPU, memory), NVML through nvidia-ml-py
+The facts come from maintained libraries: psutil and py-cpuinfo (CPU, memory; on Linux the CPU's name is
+the kernel's, from /proc/cpuinfo), NVML through nvidia-ml-py
 (NVIDIA GPUs), and HLML through Habana's pyhlml where installed, else hl-smi (Gaudi; which one answered is
 ``accelerator_query_via``). Nothing here raises: a question the hardware or driver cannot answer
 leaves its field None, a library the kit pins that is missing is named in ``provenance_missing``, and a
@@ -42,6 +43,7 @@ UNIFORM_KEYS = (
     "accelerator_mig_mode",
 )
 GIB = 1024**3
+PROC_CPUINFO = Path("/proc/cpuinfo")
 
 
 def describe() -> dict[str, Any]:
@@ -67,7 +69,6 @@ def describe() -> dict[str, Any]:
 
 def _host(missing: list[str]) -> dict[str, Any]:
     psutil = _import("psutil", "psutil", missing)
-    cpuinfo = _import("cpuinfo", "py-cpuinfo", missing)
     sockets = _sockets()
     physical = psutil.cpu_count(logical=False) if psutil else None
     memory = psutil.virtual_memory().total if psutil else None
@@ -77,16 +78,8 @@ def _host(missing: list[str]) -> dict[str, Any]:
     except (OSError, NotImplementedError):  # some containers and ARM kernels expose no cpufreq
         freq = None
     mhz = round(freq.max) if freq and freq.max else None
-    brand = None
-    if cpuinfo:
-        try:
-            # py-cpuinfo runs itself in a subprocess (about a second): once per run.
-            found = cpuinfo.get_cpu_info()
-        except Exception:  # it parses many OSes' outputs; provenance must never stop a training run
-            found = {}
-        brand = found.get("brand_raw") or None
-        advertised = (found.get("hz_advertised") or [0])[0]
-        mhz = mhz or (round(advertised / 1e6) if advertised else None)
+    brand, advertised_mhz = _cpu_name(missing)
+    mhz = mhz or advertised_mhz
     return {
         "host_processor_model_name": brand,
         "host_processors_per_node": sockets,
@@ -105,6 +98,29 @@ def _host(missing: list[str]) -> dict[str, Any]:
         "host_memory_usable_bytes": _usable_memory(memory),
         "operating_system": _os_name(),
     }
+
+
+def _cpu_name(missing: list[str]) -> tuple[str | None, int | None]:
+    """The CPU's name and the frequency it advertises. Linux's /proc/cpuinfo holds the name the CPU gives
+    itself (x86's CPUID brand string) and is read in microseconds; where it names none (other systems,
+    most ARM kernels) py-cpuinfo finds it, in a subprocess of its own that costs about a second of CPU at
+    every run's start."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for line in PROC_CPUINFO.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                brand = value.strip()
+                ghz = re.search(r"@\s*([\d.]+)\s*GHz", brand)
+                return brand, round(float(ghz.group(1)) * 1000) if ghz else None
+    cpuinfo = _import("cpuinfo", "py-cpuinfo", missing)
+    if not cpuinfo:
+        return None, None
+    try:
+        found = cpuinfo.get_cpu_info()
+    except Exception:  # it parses many OSes' outputs; provenance must never stop a training run
+        found = {}
+    advertised = (found.get("hz_advertised") or [0])[0]
+    return found.get("brand_raw") or None, round(advertised / 1e6) if advertised else None
 
 
 def _usable_memory(
