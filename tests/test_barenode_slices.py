@@ -191,6 +191,29 @@ def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp
     assert "would not fit in --budget-s 60: vit-speedups--baseline" in log
 
 
+def test_rows_go_out_only_after_the_archive_that_holds_them(tmp_path, monkeypatch):
+    # A node killed while packing must not leave a row whose run directory no archive holds.
+    monkeypatch.setenv("REPROKIT_LOCK_DIR", str(tmp_path / "lock"))
+    (tmp_path / "lock").mkdir()
+    spec = tmp_path / "slices.yaml"
+    spec.write_text(
+        "measured_steps: 2\nslices:\n  x:\n    title: too long\n    cells:\n"
+        "      - {recipe: vit-speedups, variant: baseline, seconds: 5000}\n"
+    )
+    rows_out = tmp_path / "out" / "results.jsonl"
+    seen_while_packing = []
+    pack = archive.pack
+
+    def watched(out_file, parts):
+        seen_while_packing.append(rows_out.read_text() if rows_out.exists() else "")
+        return pack(out_file, parts)
+
+    monkeypatch.setattr(archive, "pack", watched)
+    runner.run("x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=spec, accelerator="cpu")
+    assert seen_while_packing[0] == ""  # the first archive was packed before any row went out
+    assert '"status": "skipped"' in rows_out.read_text()
+
+
 def test_the_node_command_refuses_a_bundle_made_for_another_python_in_one_line(tmp_path):
     bundle = tmp_path / "bundle"
     (bundle / "wheels").mkdir(parents=True)

@@ -134,10 +134,13 @@ class NodeRun:
         session.save(self.session_dir, plan, request)
         return self.session_dir
 
-    def write_rows(self) -> None:
-        """results.csv and .jsonl from the run directories (never the reverse), copied out."""
+    def collect_rows(self) -> None:
+        """The session's results.csv and .jsonl from its run directories (never the reverse)."""
         assert self.session_dir is not None
         collect.collect(self.session_dir)
+
+    def copy_rows_out(self) -> None:
+        assert self.session_dir is not None
         for name in (sessions.RESULTS_CSV, sessions.RESULTS_JSONL):
             _atomic_copy(self.session_dir / name, self.out / name)
 
@@ -154,19 +157,30 @@ class NodeRun:
     def settle(self, final: bool = False) -> None:
         """Rows and archive as they stand; a write that fails is said, never fatal to the cells."""
         try:
-            self.write_rows()
+            self.collect_rows()
             if final:
                 from reprokit.report import report
 
                 report.write(self.session_dir)
+        except (OSError, ReprokitError) as error:
+            self.log(f"results not written: {error}")
+            return
+        try:
             packed = self.pack()
+        except OSError as error:
+            self.log(f"archive not written: {error}")
+        else:
             if final:
                 self.log(
                     f"archive: {self.archive_file} ({packed['bytes'] / 2**20:.1f} MiB, {packed['files']} files"
                     + (f"; {'; '.join(packed['left_out'])}" if packed["left_out"] else "")
                     + ")"
                 )
-        except (OSError, ReprokitError) as error:
+        # The rows go out after the archive that holds them: a run killed between the two leaves an
+        # archive ahead of its rows, never rows whose run directories the archive lacks.
+        try:
+            self.copy_rows_out()
+        except OSError as error:
             self.log(f"results not written: {error}")
 
     # -- checks --------------------------------------------------------------------------------
