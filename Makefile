@@ -51,10 +51,11 @@ reproduce: $(VENV)/.reproduce  ## rerun every recipe (RECIPE=name for one) at th
 images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
-# The suite on WORKERS cores (pytest-xdist; WORKERS=0 runs it in this process); a file's tests of one service
-# (the Docker engine, the Slurm cluster), and those sharing a fixture made once per module, in turn on one
-# worker (--dist loadgroup, tests/conftest.py).
-WORKERS ?= 2
+# The suite on WORKERS processes (pytest-xdist; WORKERS=0 runs it in this process); a file's tests of one
+# service (the Docker engine, the Slurm cluster), and those sharing a fixture made once per module, in turn
+# on one worker (--dist loadgroup, tests/conftest.py). One worker more than the cores: about a seventh of a
+# worker's time is spent waiting (on the engine, the cluster, a signal's grace), and the extra one fills it.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
 	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks

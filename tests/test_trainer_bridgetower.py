@@ -324,6 +324,15 @@ def tokenizer():
     return offline.offline_tokenizer()
 
 
+def test_synthetic_rows_are_drawn_only_for_the_splits_a_run_reads(tmp_path):
+    # A run that trains only keeps the dataset's three splits (none is carved out of train), but draws
+    # no cartoons for the two it never reads.
+    data_args = run_bridgetower.DataTrainingArguments(synthetic_num_train=3, synthetic_num_eval=2)
+    dataset = offline.synthetic_dataset(data_args, cache_dir=str(tmp_path), read=["train"])
+    assert {s: len(d) for s, d in dataset.items()} == {"train": 3, "validation": 0, "test": 0}
+    assert dataset["test"].features == dataset["train"].features
+
+
 def test_preprocessing_is_the_published_one(tmp_path, tokenizer):
     """Caption -> 128 RoBERTa-style ids; JPEG -> CLIP-normalized 294 x 294, in the dataset's transform."""
     data_args = run_bridgetower.DataTrainingArguments(synthetic_num_train=2, synthetic_num_eval=1)

@@ -39,7 +39,7 @@ import logging
 import os
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,10 +493,13 @@ def load_tokenizer(
 
 
 def load_data(
-    model_args: ModelArguments, data_args: DataTrainingArguments, sources: Sources | None = None
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    sources: Sources | None = None,
+    read: Collection[str] = offline.SPLITS,
 ) -> tuple[datasets.DatasetDict, str, str | None]:
     """The dataset from the hub (or the given cache) when it can be had, else, where none was given, the
-    synthetic one: (dataset, source, why not hub)."""
+    synthetic one, with rows in the splits the run reads: (dataset, source, why not hub)."""
     sources = sources or Sources()
     reason = "--synthetic_data" if data_args.synthetic_data else "no --dataset_name"
     if not data_args.synthetic_data and data_args.dataset_name:
@@ -530,7 +533,7 @@ def load_data(
             logger.warning(
                 "dataset %s not loaded (%s): synthetic data instead", data_args.dataset_name, reason
             )
-    return offline.synthetic_dataset(data_args, model_args.cache_dir), "synthetic", reason
+    return offline.synthetic_dataset(data_args, model_args.cache_dir, read), "synthetic", reason
 
 
 def published_image_transform(
@@ -774,6 +777,11 @@ def prepare_model(model: BridgeTowerForContrastiveLearning, model_args: ModelArg
             module.requires_grad_(False)
 
 
+def _reads(training_args: TrainingArguments) -> tuple[bool, bool, bool]:
+    """Whether the run reads train, validation and test."""
+    return training_args.do_train, training_args.do_eval, training_args.do_predict
+
+
 def load_splits(
     model_args: ModelArguments,
     data_args: DataTrainingArguments,
@@ -786,7 +794,8 @@ def load_splits(
 ) -> tuple[dict[str, Any], str, str | None]:
     """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
     with training_args.main_process_first(desc="dataset"):
-        dataset, data_source, data_fallback = load_data(model_args, data_args, sources)
+        read = [s for s, wanted in zip(offline.SPLITS, _reads(training_args), strict=True) if wanted]
+        dataset, data_source, data_fallback = load_data(model_args, data_args, sources, read)
     if "test" not in dataset:  # as published: carve validation and test out of train
         dataset = dataset["train"].train_test_split(test_size=0.4, shuffle=True, seed=training_args.seed)
         if "validation" not in dataset:
@@ -810,11 +819,8 @@ def load_splits(
     transform = ImageTransform(data_args.image_column, image_pipeline(bench.image_pipeline, image_size))
     splits: dict[str, Any] = {}
     with training_args.main_process_first(desc="tokenization"):
-        for split, wanted, limit in (
-            ("train", training_args.do_train, data_args.max_train_samples),
-            ("validation", training_args.do_eval, data_args.max_eval_samples),
-            ("test", training_args.do_predict, data_args.max_eval_samples),
-        ):
+        limits = (data_args.max_train_samples, data_args.max_eval_samples, data_args.max_eval_samples)
+        for split, wanted, limit in zip(offline.SPLITS, _reads(training_args), limits, strict=True):
             if wanted:
                 splits[split] = prepare_split(
                     dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
