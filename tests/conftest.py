@@ -13,6 +13,12 @@ from tests.inprocess import ROOT, run_command
 
 INV = [sys.executable, "-m", "invoke"]
 
+# One OpenMP thread per torch, here and in every trainer the suite starts (unless the caller chose): the
+# suite runs a worker more than the cores, each starting trainers, and torch's default of a thread per
+# core had them spin against each other (the conformance and VOLO files: 127 -> 105 CPU-s on 2 cores,
+# their golden values unchanged). Set before any test module imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def run_inv(
     *args: str, cwd: Path = ROOT, timeout: float | None = None, env: dict | None = None, process: bool = False
