@@ -27,10 +27,10 @@ if typing.TYPE_CHECKING:
 
     from .run_bridgetower import DataTrainingArguments
 
-# The class defaults of BridgeTowerConfig define no logit scale at all (the model then fails on
-# first use), and the checkpoint's is CLIP's log(1/0.07): every offline build gets it unless told.
 # The splits of the New Yorker set's matching config.
 SPLITS = ("train", "validation", "test")
+# The class defaults of BridgeTowerConfig define no logit scale at all (the model then fails on
+# first use), and the checkpoint's is CLIP's log(1/0.07): every offline build gets it unless told.
 LOGIT_SCALE_INIT = 2.6592
 
 
