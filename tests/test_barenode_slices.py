@@ -173,7 +173,9 @@ def test_the_archive_never_carries_a_checkpoint_and_stays_under_its_limit(tmp_pa
 # The budget
 
 
-def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp_path, monkeypatch):
+@pytest.fixture
+def too_long(tmp_path, monkeypatch):
+    """A slice `x` of one cell that needs 5000 s, in a machine lock of the test's own; its slices file."""
     monkeypatch.setenv("REPROKIT_LOCK_DIR", str(tmp_path / "lock"))
     (tmp_path / "lock").mkdir()
     spec = tmp_path / "slices.yaml"
@@ -181,8 +183,12 @@ def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp
         "measured_steps: 2\nslices:\n  x:\n    title: too long\n    cells:\n"
         "      - {recipe: vit-speedups, variant: baseline, seconds: 5000}\n"
     )
+    return spec
+
+
+def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp_path, too_long):
     code = runner.run(
-        "x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=spec, accelerator="cpu"
+        "x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=too_long, accelerator="cpu"
     )
     row = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[0])
     assert code == 1 and row["status"] == "skipped"
@@ -191,15 +197,8 @@ def test_a_cell_that_would_not_fit_in_the_budget_is_not_started_and_says_why(tmp
     assert "would not fit in --budget-s 60: vit-speedups--baseline" in log
 
 
-def test_rows_go_out_only_after_the_archive_that_holds_them(tmp_path, monkeypatch):
+def test_rows_go_out_only_after_the_archive_that_holds_them(tmp_path, monkeypatch, too_long):
     # A node killed while packing must not leave a row whose run directory no archive holds.
-    monkeypatch.setenv("REPROKIT_LOCK_DIR", str(tmp_path / "lock"))
-    (tmp_path / "lock").mkdir()
-    spec = tmp_path / "slices.yaml"
-    spec.write_text(
-        "measured_steps: 2\nslices:\n  x:\n    title: too long\n    cells:\n"
-        "      - {recipe: vit-speedups, variant: baseline, seconds: 5000}\n"
-    )
     rows_out = tmp_path / "out" / "results.jsonl"
     seen_while_packing = []
     pack = archive.pack
@@ -209,7 +208,9 @@ def test_rows_go_out_only_after_the_archive_that_holds_them(tmp_path, monkeypatc
         return pack(out_file, parts)
 
     monkeypatch.setattr(archive, "pack", watched)
-    runner.run("x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=spec, accelerator="cpu")
+    runner.run(
+        "x", tmp_path / "out", tmp_path / "scratch", budget_s=60, slices_file=too_long, accelerator="cpu"
+    )
     assert seen_while_packing[0] == ""  # the first archive was packed before any row went out
     assert '"status": "skipped"' in rows_out.read_text()
 

@@ -777,11 +777,6 @@ def prepare_model(model: BridgeTowerForContrastiveLearning, model_args: ModelArg
             module.requires_grad_(False)
 
 
-def _reads(training_args: TrainingArguments) -> tuple[bool, bool, bool]:
-    """Whether the run reads train, validation and test."""
-    return training_args.do_train, training_args.do_eval, training_args.do_predict
-
-
 def load_splits(
     model_args: ModelArguments,
     data_args: DataTrainingArguments,
@@ -794,7 +789,8 @@ def load_splits(
 ) -> tuple[dict[str, Any], str, str | None]:
     """The splits the run uses, tokenized, with their image transform: (splits, data source, why not hub)."""
     with training_args.main_process_first(desc="dataset"):
-        read = [s for s, wanted in zip(offline.SPLITS, _reads(training_args), strict=True) if wanted]
+        wanted = (training_args.do_train, training_args.do_eval, training_args.do_predict)
+        read = [split for split, reads in zip(offline.SPLITS, wanted, strict=True) if reads]
         dataset, data_source, data_fallback = load_data(model_args, data_args, sources, read)
     if "test" not in dataset:  # as published: carve validation and test out of train
         dataset = dataset["train"].train_test_split(test_size=0.4, shuffle=True, seed=training_args.seed)
@@ -820,8 +816,8 @@ def load_splits(
     splits: dict[str, Any] = {}
     with training_args.main_process_first(desc="tokenization"):
         limits = (data_args.max_train_samples, data_args.max_eval_samples, data_args.max_eval_samples)
-        for split, wanted, limit in zip(offline.SPLITS, _reads(training_args), limits, strict=True):
-            if wanted:
+        for split, limit in zip(offline.SPLITS, limits, strict=True):
+            if split in read:
                 splits[split] = prepare_split(
                     dataset[split], tokenizer, data_args, transform, limit, split, image_size, mediapipe
                 )
