@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,16 @@ INV = [sys.executable, "-m", "invoke"]
 # core had them spin against each other (the conformance and VOLO files: 127 -> 105 CPU-s on 2 cores,
 # their golden values unchanged). Set before any test module imports torch.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started in the background (`make test &`, nohup, a script's job) inherits SIGINT ignored, and
+# every process it starts with it: the kits the tests Ctrl-C would never see the signal (three tests
+# timed out that way, and the trainer one left alive held the machine lock). Ctrl-C is restored here,
+# so the kits start with Python's own handler, as from a terminal.
+if (
+    signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    and threading.current_thread() is threading.main_thread()
+):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_inv(

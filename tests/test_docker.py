@@ -120,6 +120,7 @@ def test_docker_run_dry_run_prints_the_container_command_with_secrets_by_name_on
 
 def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hub-cache"))
     cell = smoke_cell()
     cuda = docker_platform.container_spec(
@@ -136,6 +137,8 @@ def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tm
     assert kwargs["environment"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     # The token reaches the container at run time, from the host's environment.
     assert kwargs["environment"]["HF_TOKEN"] == SECRET
+    # The host's OpenMP thread count, as a trainer run without a container inherits it.
+    assert kwargs["environment"]["OMP_NUM_THREADS"] == "3"
     assert kwargs["volumes"] == {str((tmp_path / "runs").resolve()): {"bind": "/reprokit/runs", "mode": "rw"}}
     assert kwargs["command"] == ["bash", "/reprokit/runs/bridgetower--workers0/run.sh"]
 

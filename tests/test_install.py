@@ -48,15 +48,24 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
     return source, wheel_dir
 
 
+# pip installing into another environment (pip --python): the same install as the venv's own pip, without
+# bootstrapping a pip into each venv first (ensurepip, 2.7 CPU-s a venv).
+PIP_INTO = [sys.executable, "-m", "pip", "--python"]
+
+
+def _fresh_venv(where: Path) -> Path:
+    venv.create(where, with_pip=False)
+    return where / "bin" / "python"
+
+
 @pytest.fixture(scope="module")
 def installed(built, tmp_path_factory) -> Path:
     """A venv with the kit's wheel installed (its dependencies from the package index or pip's cache)."""
     where = tmp_path_factory.mktemp("installed")
     (wheel,) = built[1].glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
-    venv.create(where / "venv", with_pip=True)
-    python = where / "venv" / "bin" / "python"
+    python = _fresh_venv(where / "venv")
     pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        [*PIP_INTO, str(python), "install", "--quiet", "--disable-pip-version-check", str(wheel)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -90,12 +99,11 @@ def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
         requirement = words[2:]
         target = tmp_path / f"venv{number}"
         # pipx installs with pip into a venv of its own: the same install, here into a fresh venv.
-        venv.create(target, with_pip=True)
-        python = target / "bin" / "python"
+        python = _fresh_venv(target)
         # A name resolves to this checkout's wheel (never the index's); a path is built from the checkout.
         where = [] if requirement[0].startswith(".") else ["--no-index", "--find-links", str(wheel_dir)]
         done = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+            [*PIP_INTO, str(python), "install", "--quiet", "--disable-pip-version-check", "--no-deps",
              *where, *requirement],
             cwd=source, capture_output=True, text=True, timeout=600,
         )  # fmt: skip

@@ -49,6 +49,11 @@ def _reproducing(recipe: Path, out: Path) -> Iterator[subprocess.Popen]:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        # A fake trainer that ignores SIGTERM outlives a killed kit (its own session) and keeps the
+        # machine lock: a failed test must not leave it to hang every later session on this worker.
+        for pid_file in out.glob("*/runs/*/fake.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> str:

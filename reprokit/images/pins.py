@@ -175,7 +175,16 @@ def _base_environment(base: Base, where: Path) -> Path:
     )  # fmt: skip
     (wheel,) = where.glob("pip-*.whl")
     _run(
-        [str(target), f"{wheel}/pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel)],
+        [
+            str(target),
+            f"{wheel}/pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            str(wheel),
+        ],
         "cannot install pip",
     )
     # The base's own builds (its framework, vendor versions pip cannot fetch) as stubs; the rest as the
@@ -185,7 +194,8 @@ def _base_environment(base: Base, where: Path) -> Path:
     stubs.mkdir()
     wheels = [str(stub_wheel(stubs, n, v)) for n, v in base.ships.items() if normalize(n) in protected]
     real = [f"{n}=={v}" for n, v in base.ships.items() if normalize(n) not in protected and n != "pip"]
-    quiet = ["-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check"]
+    # No bytecode: the model is only read by pip's resolver, never imported (sympy's alone was 5 CPU-s).
+    quiet = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--disable-pip-version-check"]
     if wheels:
         _run([str(target), *quiet, "--no-index", *wheels], f"cannot make the model of {base.name}")
     if real:

@@ -37,8 +37,17 @@ CONTAINER_HF_HOME = "/reprokit/hf-home"
 # cache): the container's own layer, gone with it; the user's folders are never written.
 CONTAINER_SCRATCH = "/tmp/reprokit-scratch"
 STOP_GRACE_S = warden.STOP_GRACE_S
-# Host variables a trainer may need, passed at run time by name (never baked into an image).
-PASSTHROUGH_ENV = ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+# Host variables a trainer may need, passed at run time by name (never baked into an image). The
+# OpenMP thread count too: a trainer run without a container, in Apptainer or under Slurm inherits it,
+# and one in Docker must not be the one that spins a thread per core on a machine the user shares.
+PASSTHROUGH_ENV = (
+    "HF_TOKEN",
+    "HF_ENDPOINT",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "OMP_NUM_THREADS",
+)
 DOCKER_RUN_KEYS = ("gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "ulimits", "cap_add", "user")
 
 
