@@ -51,9 +51,12 @@ def _reproducing(recipe: Path, out: Path) -> Iterator[subprocess.Popen]:
             os.killpg(proc.pid, signal.SIGKILL)
         # A fake trainer that ignores SIGTERM outlives a killed kit (its own session) and keeps the
         # machine lock: a failed test must not leave it to hang every later session on this worker.
+        # Only a pid that is still the fake trainer: one that ended may be another process's by now.
         for pid_file in out.glob("*/runs/*/fake.pid"):
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text())
+                if b"fakes.fake_trainer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> str:
