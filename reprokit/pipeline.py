@@ -11,8 +11,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from reprokit.collect import collect
+from reprokit.collect import collect, results_folder
 from reprokit.contract import files, rundirs, sessions
+from reprokit.contract.bounded import Malformed
 from reprokit.contract.console import console
 from reprokit.contract.errors import RunFailed
 from reprokit.contract.invocation import command
@@ -63,7 +64,12 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     """
     if resume:
         # The session's own plan (session.json), so the same cells are rerun without repeating flags.
-        session_dir = sessions.find(resume, Path(out) if out else None)
+        passed_over: list[Malformed] = []
+        session_dir = results_folder.resolve_session(
+            Path(out) if out else sessions.RESULTS_DIR, resume, passed_over, holding=sessions.SESSION_FILE
+        )
+        for skipped in passed_over:  # latest, previous: the sessions that could not be read or placed
+            console.print(skipped.skipped(), markup=False, highlight=False)
         the_plan, request = session.resume_plan(session_dir, request)
     else:
         the_plan = plan(request)
@@ -109,8 +115,8 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
     else:
         unwritten = None
     if written is not None:
-        for skipped in written.skipped:
-            console.print(skipped.skipped(), markup=False, highlight=False)
+        for said in [*(s.skipped() for s in written.skipped), *collect.kept_lines(written.table)]:
+            console.print(said, markup=False, highlight=False)
         terminal.print_table(written.table)
         console.print(
             f"Report: {written.html} ({written.markdown.name})\n"

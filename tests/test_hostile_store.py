@@ -116,7 +116,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 @pytest.mark.parametrize("where", ["session.json", "summary.json", "results.jsonl"])
 def test_a_file_nested_100000_deep_is_skipped_for_its_session_alone(results, capsys, where):
-    bad = _bad(results)
+    bad = _bad(results, collect=where != "summary.json")  # a cell never collected: no stored row to keep
     if where == "session.json":
         path = bad / "session.json"
         path.write_text(
@@ -143,6 +143,20 @@ def test_a_file_nested_100000_deep_is_skipped_for_its_session_alone(results, cap
     assert line == f"skipped: {path}: {reason}" if isinstance(reason, str) else reason.search(line)
     result_tasks.report(Context(), "bad", results=str(results))  # finishes: the run directories are read
     result_tasks.compare(Context(), results=str(results), noise="5")
+
+
+def test_a_results_jsonl_nested_100000_deep_on_its_last_line_says_so_and_a_line_cut_short_is_truncated(
+    results, capsys
+):
+    bad = _bad(results)
+    path = bad / "results.jsonl"
+    rows = path.read_text()
+    path.write_text(rows + DEEP)  # the last line, without its newline: complete, and too deep
+    listed, err = _history(results, capsys)
+    assert set(listed) == set(GOOD)
+    assert f"skipped: {path}: line 3: nested deeper than 64 levels" in err  # before: truncated at line 3
+    path.write_text(rows + rows[: len(rows) // 4])  # a last line really cut short
+    assert f"skipped: {path}: truncated at line 3" in _history(results, capsys)[1]
 
 
 # --- 5. math text ----------------------------------------------------------------------------------
@@ -190,7 +204,7 @@ def test_a_session_json_of_another_schema_still_reports_from_its_run_directories
 
 
 def test_a_summary_of_another_schema_is_an_unreadable_cell_and_the_report_goes_on(results, capsys):
-    bad = _bad(results)
+    bad = _bad(results, collect=False)  # never collected: no row stored to keep (test_kept_rows.py)
     summary = bad / "runs" / CELLS[0] / "summary.json"
     edit_json(summary, {"schema_version": "three"})
     result_tasks.report(Context(), "bad", results=str(results))

@@ -1,19 +1,21 @@
 """The store under a few hundred malformed sessions: beside two good ones, sessions broken one way each
 (types, depths, dates, encodings, links, numbers that are not finite, sizes, folder names, hostile
-text: tests/fakes/malformed.py), generated from a seed, no trainer run. history, compare, report,
-collect and export always finish, show the good sessions, and name every bad one; no control
-character reaches the terminal. The kit is called in-process (seconds on two cores); one run of
+text, run directories gone, no time recorded: tests/fakes/malformed.py), generated from a seed, no
+trainer run. history, compare, report, collect and export always finish, show the good sessions, and
+name every bad one; a report or collect of a session whose run directories are gone keeps every row it
+measured; no control character reaches the terminal. The kit is called in-process (seconds on two cores); one run of
 `inv history` as a user runs it checks that no traceback reaches them."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 from invoke import Context, Exit
 
 from reprokit.cli import result_tasks
-from reprokit.collect import collect
+from reprokit.collect import collect, results_folder
 from reprokit.contract import bounded
 from reprokit.contract.textsafe import line
 from tests.conftest import run_inv
@@ -62,6 +64,12 @@ def small_bounds(monkeypatch):
     monkeypatch.setattr(bounded, "MAX_JSON_BYTES", LIMIT)
 
 
+def _measured(case: Case) -> dict[str, float | None]:
+    """The session's measured rows as its results.jsonl holds them now."""
+    rows = [json.loads(text) for text in (case.folder / "results.jsonl").read_text().splitlines()]
+    return {r["cell_id"]: r["measured"] for r in rows if r["status"] == "ok"}
+
+
 def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzzed, capsys):
     results, cases = fuzzed
     result_tasks.history(Context(), "all", results=str(results))
@@ -69,9 +77,12 @@ def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzze
     listed = {text.split()[0] for text in out.splitlines() if "bridgetower--" in text}
     assert {"a", "b"} <= listed
     session_level = [c for c in cases if not c.in_run and c.expect == "skipped"]
+    unplaced = [c for c in cases if c.expect == "unplaced"]
     unnamed = [c.how for c in session_level if f"skipped: {_shown(c.path)}: " not in err]
     assert unnamed == []
-    assert len(err.splitlines()) == len(session_level)  # a line for each, and nothing else
+    placing = f": {results_folder.UNPLACED}"
+    assert [c.how for c in unplaced if f"skipped: {_shown(c.folder)}{placing}" not in err] == []
+    assert len(err.splitlines()) == len(session_level) + len(unplaced)  # a line for each, and nothing else
     said = _call(result_tasks.compare, results=str(results), noise="5")
     out = capsys.readouterr().out
     assert said == "" and "A = a, B = b" in out
@@ -79,6 +90,9 @@ def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzze
         said = _call(result_tasks.compare, a="a", b=os.fsdecode(case.folder.name), results=str(results))
         capsys.readouterr()
         assert _names(case, said), (case.how, said)
+    for case in unplaced:  # not placed in time, yet read by its name
+        said = _call(result_tasks.compare, a="a", b=case.folder.name, results=str(results), noise="5")
+        assert said == "" and f"B = {case.folder.name}" in capsys.readouterr().out, case.how
     assert "\x1b" not in out + err
 
 
@@ -96,8 +110,11 @@ def test_collect_finishes_on_every_session_and_names_every_bad_file(fuzzed, caps
             cell = case.path.parent.name
             (row,) = [r for r in collect.rows(case.folder) if r.cell_id == cell]
             assert row.verdict == "not comparable" and "throughput not " in row.verdict_reasons, case.how
-        elif case.expect in ("tolerated", "shown"):
+        elif case.expect in ("tolerated", "shown", "unplaced"):
             assert " cells -> " in said and "skipped:" not in said, (case.how, said)
+        elif case.expect == "kept":  # every measured row survives, and says why it was not read again
+            assert case.measured and _measured(case) == case.measured, case.how
+            assert all(f"kept: {cell}: " in said for cell in case.measured), (case.how, said)
 
 
 def _one_of_each(cases: list[Case]) -> list[Case]:
@@ -120,6 +137,8 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
         "not finite",
         "text",
         "too large",
+        "missing runs",
+        "no time",
     }
     # Every broken throughput.csv too: the report is what reads it (an export of each kind is enough).
     curves = [c for c in cases if c.path.name == "throughput.csv" and c not in sample]
@@ -132,6 +151,8 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
             assert "\x1b" not in said, case.how
             if case.expect == "skipped" and case.in_run:
                 assert _names(case, said), (task.name, case.how, said)
+            if case.expect == "kept":
+                assert _measured(case) == case.measured, (task.name, case.how)
     for good in ("a", "b"):
         assert _call(result_tasks.report, good, results=str(results)) == ""
         assert "bridgetower--workers0" in capsys.readouterr().out

@@ -11,14 +11,19 @@ from reprokit.cli import settings
 from reprokit.cli.positionals import OptionalPositionals
 from reprokit.cli.tasking import friendly, task
 from reprokit.collect import collect as collecting
+from reprokit.collect import results_folder
 from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
+from reprokit.judge.result_row import Row
 from reprokit.report import report as reporting
 from reprokit.report import terminal
 
-SESSION_HELP = "a session: its folder, its name under the results folder, latest or previous"
+SESSION_HELP = (
+    "a session: its folder, its name under the results folder, latest or previous (by when each started, "
+    "among those that can be read)"
+)
 RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
 
 
@@ -41,28 +46,36 @@ def _percent(value: object, flag: str) -> float:
     return found / 100
 
 
-def say_skipped(skipped: list[Malformed]) -> None:
-    """What was left out, on stderr: `skipped: <path>: <reason>`, one line each."""
+def say_skipped(skipped: list[Malformed], table: list[Row] | None = None) -> None:
+    """What was left out, on stderr: `skipped: <path>: <reason>`, one line each; then each row of
+    `table` kept from the last collect because its run directory could not be read: `kept: <why>`."""
     for found in skipped:
         print(found.skipped(), file=sys.stderr)
+    for text in collecting.kept_lines(table or []):
+        print(text, file=sys.stderr)
 
 
 def _session(name: str, results: str | None = None) -> Path:
     skipped: list[Malformed] = []
-    found = sessions.find(
-        name, Path(results or settings.load().get("results") or sessions.RESULTS_DIR), skipped=skipped
-    )
-    say_skipped(skipped)  # latest, previous: the sessions that could not be placed in time
-    return found
+    try:
+        return results_folder.resolve_session(
+            Path(results or settings.load().get("results") or sessions.RESULTS_DIR),
+            name,
+            skipped,
+            holding=sessions.SESSION_FILE,
+        )
+    finally:
+        say_skipped(skipped)  # latest, previous: the sessions passed over (said when none is left too)
 
 
 @task(help={"session": SESSION_HELP, "results": RESULTS_HELP})
 @friendly
 def collect(c, session, results=None):
-    """Rebuild results.csv and results.jsonl of a session from its run directories."""
+    """Rebuild results.csv and results.jsonl of a session from its run directories (a cell whose run
+    directory is gone or unreadable keeps the row the last collect stored, and says why)."""
     folder = _session(session, results)
     found = collecting.collect(folder)
-    say_skipped(found.skipped)
+    say_skipped(found.skipped, found.rows)
     print(f"{len(found.rows)} cells -> {line(folder / 'results.csv')}")
 
 
@@ -71,7 +84,7 @@ def collect(c, session, results=None):
 def report(c, session, results=None):
     """Write a session's report: report.md, a self-contained report.html and the plots; print its table."""
     written = reporting.write(_session(session, results))
-    say_skipped(written.skipped)
+    say_skipped(written.skipped, written.table)
     terminal.print_table(written.table)
     print(line(written.html))
     print(line(written.markdown))
@@ -153,8 +166,10 @@ def compare(
     limit = None if fail_on_regression is None else _percent(fail_on_regression, "fail-on-regression")
     fraction = _percent(threshold, "threshold")
     skipped: list[Malformed] = []
-    first, second, found = comparing.compare(folder, a, b, fraction, band, skipped)
-    say_skipped(skipped)
+    try:
+        first, second, found = comparing.compare(folder, a, b, fraction, band, skipped)
+    finally:
+        say_skipped(skipped)
     worse, unjudged = comparing.gate(found, limit, band) if limit is not None else ([], [])
     # A cell the gate cannot judge fails it, unless told to pass over such cells.
     blocking = [] if skip_unjudged else unjudged

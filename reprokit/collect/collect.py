@@ -11,10 +11,16 @@ Every file is read through the bounded reader (run/bounded.py): a run directory 
 kit's (nested too deep, a time no run had, a field of the wrong type, a link out of the results folder)
 is a row with status `unreadable` naming the file and why, and the other cells are collected; a
 session.json that is not the kit's leaves the plan out. Each is said: `skipped: <path>: <reason>`.
+
+What was measured is never lost to a collect: a row the last collect stored (results.jsonl) whose run
+directory is gone or unreadable now is kept as stored, saying why (keep.py; `kept: <why>`), and a
+results.jsonl that cannot be read is set aside beside it (`results.jsonl.unreadable-N`) before the new
+one is written.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -23,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.collect import explain, systemdesc
+from reprokit.collect import explain, keep, results_folder, systemdesc
 from reprokit.contract import bounded, files, records, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
@@ -33,7 +39,9 @@ from reprokit.judge.result_row import Row, csv_text, measured_columns
 from reprokit.plan import accelerators
 
 # A cell whose run directory holds a file the kit will not read (its error names the file and why).
-UNREADABLE = "unreadable"
+UNREADABLE = keep.UNREADABLE
+# Where an unreadable results.jsonl goes before a collect writes a new one (nothing stored is lost).
+SET_ASIDE = ".unreadable-"
 
 
 @dataclass
@@ -42,9 +50,17 @@ class Collected:
 
     rows: list[Row]
     skipped: list[Malformed] = field(default_factory=list)
+    # The results.jsonl of the last collect, when it could not be read (nothing of it kept in the rows).
+    unread: Malformed | None = None
 
     def skipped_lines(self) -> list[str]:
         return [s.skipped() for s in self.skipped]
+
+
+def kept_lines(table: list[Row]) -> list[str]:
+    """`kept: <cell>: <why>`, one line per row kept from the last collect (keep.py), as `skipped:` lines
+    are."""
+    return [f"kept: {line(f'{r.cell_id}: {r.kept}')}" for r in table if r.kept]
 
 
 def run_dirs(session_dir: Path) -> list[Path]:
@@ -242,9 +258,28 @@ def _in_planned_order(found: list[Row], planned: list[dict[str, Any]]) -> list[R
     return ordered + list(by_id.values())
 
 
+def _name(session_dir: Path) -> str:
+    """The session's name as its rows hold it: text, whatever bytes its folder's name has (UTF-8 files)."""
+    return results_folder.printable(session_dir.name)
+
+
+def _stored(session_dir: Path) -> tuple[list[Row], Malformed | None]:
+    """The rows the last collect stored (results.jsonl), read within bounds as every reader reads them;
+    none and why when it cannot be read."""
+    path = session_dir / sessions.RESULTS_JSONL
+    if not os.path.lexists(path):
+        return [], None
+    try:
+        return results_folder.stored_rows(path, _name(session_dir), session_dir.parent), None
+    except Malformed as exc:
+        return [], exc
+
+
 def read(session_dir: Path) -> Collected:
     """The session's rows: one per series of runs, with the speedups and scaling efficiencies that
-    compare them; and the files left out (a cell whose file is malformed is a row that says so)."""
+    compare them; and the files left out (a cell whose file is malformed is a row that says so). A
+    row the last collect stored whose run directory is gone or unreadable now is kept as it was
+    stored, saying why (keep.py)."""
     root = session_dir.parent
     skipped: list[Malformed] = []
     try:
@@ -263,14 +298,20 @@ def read(session_dir: Path) -> Collected:
             continue
         found.append(_row(record, run_dir))
         skipped += [Malformed(path, reason) for path, reason in record.left_out]
-    runs = _in_planned_order(found, planned)
+    stored, unread = _stored(session_dir)
+    if unread is not None:
+        skipped.append(unread)
+    runs = keep.keep(_in_planned_order(found, planned), stored, session_dir)
     table = [
-        replace(repeats.kept(series), **repeats.summary(series), session=session_dir.name)
+        # A kept row is its series' row as stored: its repeats and figures are those of every run.
+        replace(series[0], session=_name(session_dir))
+        if series[0].kept
+        else replace(repeats.kept(series), **repeats.summary(series), session=_name(session_dir))
         for series in repeats.series(runs)
     ]
     speedups, efficiency = ratios.speedups(table), ratios.scaling_efficiency(table)
     return Collected(
-        [_compared(r, speedups.get(r.cell_id), efficiency.get(r.cell_id)) for r in table], skipped
+        [_compared(r, speedups.get(r.cell_id), efficiency.get(r.cell_id)) for r in table], skipped, unread
     )
 
 
@@ -283,15 +324,52 @@ def _compared(r: Row, speedup: ratios.Speedup | None, efficiency: float | None) 
     return replace(r, **(asdict(speedup) if speedup else {}), scaling_efficiency=efficiency)
 
 
+def refuse_folders(session_dir: Path, names: tuple[str, ...]) -> None:
+    """One line, before anything is written, when a file the session's writer replaces is a folder (no
+    file can take its place, and what it holds is not the kit's to remove)."""
+    for name in names:
+        path = session_dir / name
+        if path.is_dir() and not path.is_symlink():
+            raise ReprokitError(
+                f"{line(os.fsdecode(path))} is a folder, not a file: nothing was written; "
+                f"move it away, then run this again"
+            )
+
+
+def _set_aside(path: Path, problem: Malformed) -> Malformed:
+    """An unreadable results.jsonl that is a file, kept beside under a name of its own before a new one
+    takes its place (it may hold the only copy of a figure); the reason it was skipped, saying so. A
+    link (its target is not the session's, and is left as it is) or a FIFO holds nothing to keep."""
+    if not path.is_file() or path.is_symlink():
+        return problem
+    number = 1
+    while os.path.lexists(aside := path.with_name(f"{path.name}{SET_ASIDE}{number}")):
+        number += 1
+    try:
+        os.link(path, aside)  # no copy of up to 256 MiB; the same bytes under a second name
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        shutil.copyfile(path, aside)  # a file system without hard links
+    return Malformed(
+        problem.path, f"{problem.reason}; set aside as {aside.name}, the rows rebuilt from runs/"
+    )
+
+
 def collect(session_dir: Path) -> Collected:
     """Rebuild results.csv, results.jsonl, the systems' MLPerf descriptions (systems/) and the
     tensorboard/ folder from the run directories, holding the session's writers' lock (a report or
-    collect started beside this one waits)."""
+    collect started beside this one waits). A row whose run directory is gone or unreadable keeps what
+    the last collect stored (keep.py); a results.jsonl that cannot be read is set aside, never lost."""
     if not session_dir.is_dir():
         raise ReprokitError(f"session folder {session_dir} does not exist")
     with writelock.session(session_dir, "a collect"):
+        refuse_folders(session_dir, (sessions.RESULTS_CSV, sessions.RESULTS_JSONL))
         found = read(session_dir)
         table = found.rows
+        if found.unread is not None:
+            said = _set_aside(session_dir / sessions.RESULTS_JSONL, found.unread)
+            found.skipped = [said if s is found.unread else s for s in found.skipped]
         # Readers (and a Ctrl-C in the middle) see the old file or the new one, never half a row.
         files.write_text(session_dir / sessions.RESULTS_CSV, csv_text(table))
         files.write_text(

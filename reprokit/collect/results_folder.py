@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from reprokit.contract import bounded, sessions
-from reprokit.contract.bounded import Malformed
+from reprokit.contract import bounded, records, sessions
+from reprokit.contract.bounded import Malformed, NotJson
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.judge.result_row import Row
@@ -31,6 +32,11 @@ RESULTS_FILE = sessions.RESULTS_JSONL
 NOT_SESSIONS = {"mlartifacts", "mlruns"}
 # The times a row holds: each one a time a run had, or nothing.
 TIMES = ("started_at", "finished_at")
+# Why a session is not among those history places in time, nor a candidate for latest or previous.
+UNPLACED = (
+    "no time recorded (session.json has no created_at, its runs no start): not placed among the "
+    "sessions (give it by name)"
+)
 
 
 @dataclass
@@ -57,7 +63,9 @@ def printable(name: str) -> str:
     return os.fsencode(name).decode("utf-8", errors="backslashreplace")
 
 
-def _rows(path: Path, session_name: str, root: Path | None) -> list[Row]:
+def stored_rows(path: Path, session_name: str, root: Path | None) -> list[Row]:
+    """The rows of a results.jsonl, each checked (Row.from_json, its times); Malformed (the file, the
+    line and why) when one cannot be read."""
     data = bounded.read_bytes(path, root, bounded.MAX_LINES_BYTES)
     if data is None:
         raise Malformed(path, "not there")
@@ -68,8 +76,8 @@ def _rows(path: Path, session_name: str, root: Path | None) -> list[Row]:
             continue
         try:
             found = bounded.parse(text, path, f"line {number}: ")
-        except Malformed:
-            if number == len(lines):  # the last line, without its newline: the write was cut short
+        except NotJson:
+            if number == len(lines):  # the last line, without its newline, not JSON: the write was cut short
                 raise Malformed(path, f"truncated at line {number}") from None
             raise
         if not isinstance(found, dict):
@@ -85,19 +93,26 @@ def _rows(path: Path, session_name: str, root: Path | None) -> list[Row]:
     return rows
 
 
-def _started(folder: Path, rows: list[Row], root: Path | None) -> datetime:
-    """When the session started: session.json's created_at, else its first cell's start, else the
-    folder's modification time."""
-    found = sessions.parse_time(sessions.stored(folder, root).get("created_at"))
-    if found is None:
-        starts = [t for t in (sessions.parse_time(r.started_at) for r in rows) if t is not None]
-        found = min(starts) if starts else None
-    return found or sessions.started(folder, root)
+def _run_starts(folder: Path, root: Path | None) -> Iterator[str | None]:
+    """The starts a session's run directories recorded (a session not collected yet); a run directory
+    that cannot be read gives none (collect says why)."""
+    for run_dir in sorted(sessions.folders(folder / sessions.RUNS)):
+        try:
+            record = records.read(run_dir, root)
+        except (Malformed, OSError):
+            continue
+        yield record.sysinfo.started_at or (record.summary.started_at if record.summary else None)
 
 
-def read_session(folder: Path, root: Path | None = None) -> Session:
-    """One session's rows; Malformed (the file and why) when they cannot be read. `root`: the results
-    folder, which no file read (nor the session's folder) may leave through a link."""
+def started(folder: Path, rows: list[Row] | None, root: Path | None) -> datetime | None:
+    """When the session started, as it recorded it (sessions.started): session.json's created_at, else
+    the earliest start of its rows (`rows`: its results.jsonl), else of its run directories (None: a
+    session not collected yet); None when it recorded no time."""
+    starts = (r.started_at for r in rows) if rows is not None else _run_starts(folder, root)
+    return sessions.started(folder, root, starts)
+
+
+def _session_rows(folder: Path, root: Path | None) -> list[Row]:
     name = folder.name
     if printable(name) != name:
         raise Malformed(folder, "its folder name is not UTF-8")
@@ -106,20 +121,37 @@ def read_session(folder: Path, root: Path | None = None) -> Session:
     if not os.path.lexists(path):
         empty = not any(os.scandir(folder))
         raise Malformed(folder, "an empty folder" if empty else f"no {RESULTS_FILE} (not collected yet?)")
-    rows = _rows(path, name, root)
-    return Session(name, folder, _started(folder, rows, root), rows)
+    return stored_rows(path, name, root)
+
+
+def read_session(folder: Path, root: Path | None = None) -> Session:
+    """One session's rows and when it started; Malformed (the file and why) when they cannot be read,
+    or when the session recorded no time (UNPLACED). `root`: the results folder, which no file read
+    (nor the session's folder) may leave through a link."""
+    rows = _session_rows(folder, root)
+    when = started(folder, rows, root)
+    if when is None:
+        raise Malformed(folder, UNPLACED)
+    return Session(folder.name, folder, when, rows)
+
+
+def _entries(results: Path) -> list[os.DirEntry[str]]:
+    """What the results folder holds that may be a session (not hidden, not MLflow's), by name."""
+    try:
+        entries = sorted(os.scandir(results), key=lambda e: e.name)
+    except OSError as exc:
+        raise ReprokitError(f"the results folder {results} cannot be read: {exc.strerror or exc}") from None
+    return [e for e in entries if not e.name.startswith(".") and e.name not in NOT_SESSIONS]
+
+
+def _unreadable(folder: Path, exc: OSError) -> Malformed:
+    return Malformed(folder, "a link loop" if exc.errno == errno.ELOOP else line(exc.strerror or str(exc)))
 
 
 def read(results: Path) -> Store:
     """Every session under `results`, oldest first (by when each started), and those skipped."""
     store = Store(results)
-    try:
-        entries = sorted(os.scandir(results), key=lambda e: e.name)
-    except OSError as exc:
-        raise ReprokitError(f"the results folder {results} cannot be read: {exc.strerror or exc}") from None
-    for entry in entries:
-        if entry.name.startswith(".") or entry.name in NOT_SESSIONS:
-            continue
+    for entry in _entries(results):
         folder = Path(entry.path)
         try:
             if not entry.is_dir():
@@ -130,21 +162,98 @@ def read(results: Path) -> Store:
         except Malformed as exc:
             store.skipped.append(exc)
         except OSError as exc:
-            why = "a link loop" if exc.errno == errno.ELOOP else line(exc.strerror or str(exc))
-            store.skipped.append(Malformed(folder, why))
+            store.skipped.append(_unreadable(folder, exc))
     store.sessions.sort(key=lambda s: (s.started, s.name))
     return store
 
 
-def resolve_session(results: Path, name: str, skipped: list[Malformed] | None = None) -> Path:
-    """A session with results: by folder, by name under the results folder, or `latest` / `previous`
-    (among those that can be read; the others are added to `skipped`)."""
-    return sessions.find(name, results, RESULTS_FILE, skipped)
+def _placed(folder: Path, results: Path) -> tuple[datetime, list[Row] | None]:
+    """When a session started (`started`), and its rows when they had to be read to tell (a session.json
+    without created_at); Malformed when it cannot be read as far as that, or recorded no time."""
+    if printable(folder.name) != folder.name:
+        raise Malformed(folder, "its folder name is not UTF-8")
+    bounded.check_inside(folder, results)
+    read: list[list[Row]] = []
+
+    def starts() -> Iterator[str | None]:  # read only when session.json has no created_at
+        if not os.path.lexists(folder / RESULTS_FILE):
+            yield from _run_starts(folder, results)
+            return
+        read.append(_session_rows(folder, results))
+        yield from (r.started_at for r in read[0])
+
+    when = sessions.started(folder, results, starts())
+    if when is None:
+        raise Malformed(folder, UNPLACED)
+    return when, (read[0] if read else None)
+
+
+def newest(results: Path, which: str, skipped: list[Malformed] | None = None) -> Path:
+    """`latest` or `previous`: the newest (or second newest) session under `results` by when it
+    started (`started`), among the sessions whose stored files can be read; the one rule of every
+    command that takes them (collect, report, compare, export-results, resume). A session folder holds
+    a session.json or a results.jsonl; one not collected yet is one (collect and report make its
+    results). Those left out on the way, each its file and why, are added to `skipped`: a session that
+    cannot be read (one history skips too), or that recorded no time (still reachable by its name)."""
+    left: list[Malformed] = []
+    placed: list[tuple[datetime, str, Path, list[Row] | None]] = []
+    for entry in _entries(results):
+        folder = Path(entry.path)
+        try:
+            if not entry.is_dir() or not any(
+                os.path.lexists(folder / name) for name in (sessions.SESSION_FILE, RESULTS_FILE)
+            ):
+                continue  # not a session (history names what it cannot read as one)
+            when, rows = _placed(folder, results)
+            placed.append((when, folder.name, folder, rows))
+        except Malformed as exc:
+            left.append(exc)
+        except OSError as exc:
+            left.append(_unreadable(folder, exc))
+    wanted = 1 if which == "latest" else 2
+    chosen: list[Path] = []
+    # Newest first, each read until enough are found: an older session's damage is not this command's.
+    for _, _, folder, rows in sorted(placed, key=lambda p: (p[0], p[1]), reverse=True):
+        try:
+            if rows is None and os.path.lexists(folder / RESULTS_FILE):
+                _session_rows(folder, results)
+        except Malformed as exc:
+            left.append(exc)
+            continue
+        except OSError as exc:
+            left.append(_unreadable(folder, exc))
+            continue
+        chosen.append(folder)
+        if len(chosen) == wanted:
+            break
+    if skipped is not None:
+        skipped += left
+    if len(chosen) < wanted:
+        passed = f", {len(left)} left out (each said)" if left else ""
+        raise ReprokitError(
+            f"{results} holds {len(chosen)} session(s) that can be read and placed in time{passed}: "
+            f"there is no {which} one"
+        )
+    return chosen[-1]
+
+
+def resolve_session(
+    results: Path, name: str, skipped: list[Malformed] | None = None, holding: str = RESULTS_FILE
+) -> Path:
+    """A session: by folder, by name under the results folder (holding `holding`), or `latest` /
+    `previous` (newest(): among those that can be read and placed in time; the others are added to
+    `skipped`)."""
+    if name in ("latest", "previous"):
+        return newest(results, name, skipped)
+    return sessions.find(name, results, holding)
 
 
 def rows_of(folder: Path, root: Path | None = None) -> list[Row]:
-    """One session's rows, or one line saying why they cannot be read."""
+    """One session's rows, or one line saying why they cannot be read (a session that recorded no
+    time reads: it is given by name)."""
     try:
-        return read_session(folder, root).rows
+        rows = _session_rows(folder, root)
+        sessions.stored(folder, root)
+        return rows
     except Malformed as exc:
         raise ReprokitError(f"session {printable(folder.name)} cannot be read: {exc}") from None

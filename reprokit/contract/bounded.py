@@ -48,6 +48,10 @@ class Malformed(ReprokitError):
         return f"skipped: {self}"
 
 
+class NotJson(Malformed):
+    """Text that is not JSON at all (as a line cut short is), unlike JSON that breaks a bound."""
+
+
 def _show(value: Any) -> str:
     """A value in a reason: short, one line."""
     text = line(repr(value))
@@ -159,7 +163,8 @@ def _lone_surrogate(value: Any) -> bool:
 
 
 def parse(source: str, path: Path, where: str = "") -> Any:
-    """JSON text as a value, or Malformed (not JSON, nested too deep)."""
+    """JSON text as a value, or Malformed (NotJson when it is not JSON; nested too deep, a lone
+    surrogate)."""
     # Fewer brackets than the limit cannot nest deeper: the kit's own files skip the walk.
     brackets = source.count("[") + source.count("{")
     try:
@@ -170,7 +175,7 @@ def parse(source: str, path: Path, where: str = "") -> Any:
         reason = f"{where}not JSON"
         if isinstance(exc, json.JSONDecodeError):
             reason += f" (line {exc.lineno} column {exc.colno}: {exc.msg})"
-        raise Malformed(path, reason) from None
+        raise NotJson(path, reason) from None
     if brackets > MAX_DEPTH and type(found) in (dict, list) and too_deep(found):
         raise Malformed(path, f"{where}nested deeper than {MAX_DEPTH} levels")
     if _SURROGATE_ESCAPE.search(source) and _lone_surrogate(found):

@@ -2,14 +2,16 @@
 (the request and its plan), runs/<cell>/ and what results make of them. The one home of the session's
 file names; making a session and re-planning one (`--resume`) are run/session.py's.
 
-Sessions are ordered by when they started (session.json's `created_at`, UTC with its offset), never
-by their folder names: a name is the local time of the machine that made it, readable but no order
-between machines in two time zones, or across a change of daylight saving time.
+Sessions are ordered by when they started (session.json's `created_at`, UTC with its offset, else
+the earliest start their runs recorded: `started`), never by their folder names (a name is the local
+time of the machine that made it, readable but no order between machines in two time zones, or
+across a change of daylight saving time) nor by a file's modification time.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -102,16 +104,18 @@ def stored(session_dir: Path, root: Path | None = None) -> dict[str, Any]:
     return found
 
 
-def started(folder: Path, root: Path | None = None) -> datetime:
-    """When a session started: session.json's created_at, else its folder's modification time;
+def started(folder: Path, root: Path | None = None, starts: Iterable[object] = ()) -> datetime | None:
+    """When a session started, as it recorded it: session.json's created_at, else the earliest of
+    `starts` (the starts its rows or run directories recorded: read only when there is no created_at);
+    None when it recorded no time, and it cannot be placed among the others. Never a file's
+    modification time: a copy, a backup or `inv report` of an old session changes that, not when the
+    session ran. The one rule of a session's time: history's order and `latest` / `previous` take it.
     bounded.Malformed for a session.json that is not one the kit wrote (or a link out of `root`)."""
     found = parse_time(stored(folder, root).get("created_at"))
     if found is not None:
         return found
-    try:
-        return datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc)
-    except (OSError, OverflowError, ValueError):
-        return datetime.fromtimestamp(0, timezone.utc)
+    times = [t for t in (parse_time(s) for s in starts) if t is not None]
+    return min(times) if times else None
 
 
 def folders(base: Path) -> list[Path]:
@@ -131,43 +135,11 @@ def folders(base: Path) -> list[Path]:
     return found
 
 
-def listed(
-    base: Path, holding: str = SESSION_FILE, skipped: list[bounded.Malformed] | None = None
-) -> list[Path]:
-    """The session folders under `base` that hold `holding`, oldest first (by when they started). A
-    session that cannot be placed (a malformed session.json, a link out of `base`) is left out, and
-    added to `skipped` when given."""
-    found = []
-    for folder in folders(base):
-        if not (folder / holding).is_file():
-            continue
-        try:
-            bounded.check_inside(folder, base)
-            found.append((started(folder, base), folder.name, folder))
-        except bounded.Malformed as exc:
-            if skipped is not None:
-                skipped.append(exc)
-    return [p for _, _, p in sorted(found)]
-
-
-def find(
-    name: str,
-    base: Path | None = None,
-    holding: str = SESSION_FILE,
-    skipped: list[bounded.Malformed] | None = None,
-) -> Path:
-    """A session by folder, by name under the results folder `base`, or `latest` / `previous` (among
-    the sessions that can be placed; those that cannot are added to `skipped`). A session folder that is
-    a link out of its results folder is refused: results are read and written inside it only."""
+def find(name: str, base: Path | None = None, holding: str = SESSION_FILE) -> Path:
+    """A session by folder, or by name under the results folder `base` (`latest` and `previous` are
+    results_folder.resolve_session's: which sessions can be read and placed in time). A session folder
+    that is a link out of its results folder is refused: results are read and written inside it only."""
     base = base or RESULTS_DIR
-    if name in ("latest", "previous"):
-        known = listed(base, holding, skipped)
-        wanted = 1 if name == "latest" else 2
-        if len(known) < wanted:
-            raise ReprokitError(
-                f"{base} holds {len(known)} session(s) with {holding}: there is no {name} one"
-            )
-        return known[-wanted]
     for candidate, root in ((Path(name), Path(name).parent), (base / name, base)):
         if (candidate / holding).is_file():
             bounded.check_inside(candidate, root, f"its results folder {root}")

@@ -17,10 +17,12 @@ RUN_FIELDS = ("cell_id", "status", "measured", "measured_per_device", "error")
 
 
 def series(table: list[Row]) -> list[list[Row]]:
-    """The rows by series (a cell's repetitions share its series id), in the order they come."""
-    found: dict[str | None, list[Row]] = {}
+    """The rows by series (a cell's repetitions share its series id), in the order they come. A row
+    kept from the last collect (`kept`) is a series' row already: it is a series of its own, never
+    joined with runs read now."""
+    found: dict[tuple[bool, str | None], list[Row]] = {}
     for r in table:
-        found.setdefault(r.series_id or r.cell_id, []).append(r)
+        found.setdefault((r.kept is not None, r.series_id or r.cell_id), []).append(r)
     return list(found.values())
 
 

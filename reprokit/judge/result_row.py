@@ -83,6 +83,9 @@ class Row:
     scaling_efficiency: float | None = column()
     status: str | None = column()
     error: str | None = column()
+    # Why this row is the one the last collect stored, not re-read: its run directory is gone or cannot
+    # be read now (collect/keep.py). Its figure, verdict and provenance are those it was read with.
+    kept: str | None = column()
     steps: int | None = column()
     train_time_s: float | None = column()
     # The measured steps' own times (summary.json's step_time_s): what latency-minded readers read first.

@@ -127,12 +127,14 @@ def compare(
     """Every cell of either session, matched by cell id (`latest` and `previous` among the sessions
     that can be read: those that cannot are added to `skipped`)."""
     left: list[Malformed] = []
-    a_dir, b_dir = (
-        results_folder.resolve_session(results, first, left),
-        results_folder.resolve_session(results, second, left),
-    )
-    if skipped is not None:
-        skipped += list({str(x): x for x in left}.values())  # latest and previous list the same ones
+    try:
+        a_dir, b_dir = (
+            results_folder.resolve_session(results, first, left),
+            results_folder.resolve_session(results, second, left),
+        )
+    finally:  # said when no session is left to compare too
+        if skipped is not None:
+            skipped += list({str(x): x for x in left}.values())  # latest and previous list the same ones
     a_rows = {r.cell_id: r for r in results_folder.rows_of(a_dir, a_dir.parent)}
     b_rows = {r.cell_id: r for r in results_folder.rows_of(b_dir, b_dir.parent)}
     found = []

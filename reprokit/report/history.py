@@ -333,6 +333,7 @@ def to_json(folder: Path, found: History) -> dict[str, Any]:
                 "image_id": r.image_id,
                 "kit_revision": r.kit_revision,
                 "step_time_p50_s": r.step_time_p50_s,
+                "kept": r.kept,
             }
         )  # fmt: skip
     skipped = [{"path": os.fsdecode(s.path), "reason": s.reason} for s in found.skipped]

@@ -302,12 +302,25 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         out.append(
             Block("p", f"Rerun them (complete cells are kept) with `{command()} resume {session_dir}`.")
         )
+    kept = [r for r in table if r.kept]
+    if kept:
+        out.append(Block("h2", "Rows kept from the last collect"))
+        out.append(
+            Block(
+                "p",
+                "These rows are as the last collect stored them (their figures, verdicts and provenance): "
+                "their run directories could not be read this time. Put the run directories back and "
+                "collect again to read them afresh.",
+            )
+        )
+        out += [Block("p", f"{r.cell_id}: {r.kept}") for r in kept]
     out += [
         Block("h2", "Provenance"),
         Block("table", headers=PROVENANCE_HEADERS, rows=[_provenance(r) for r in table], nowrap=(0,)),
         Block(
             "p",
-            "Every row is rebuilt from the run directories (runs/<cell>/) by `inv collect`; "
+            "Every row is rebuilt from the run directories (runs/<cell>/) by `inv collect`"
+            f"{' (but those kept from the last collect, above)' if kept else ''}; "
             f"results.csv and results.jsonl hold all columns. TensorBoard: tensorboard --logdir "
             f"{session_dir / 'tensorboard'}",
         ),
@@ -346,6 +359,7 @@ def write(session_dir: Path) -> Written:
     from reprokit.report import plots as plotting
 
     with writelock.session(session_dir, "a report"):
+        collect.refuse_folders(session_dir, (sessions.REPORT_MD, sessions.REPORT_HTML))
         found = collect.collect(session_dir)
         table = found.rows
         try:

@@ -63,6 +63,9 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
         view.caption = markup("compared " + "; ".join(notes))  # says when device counts differ
     console.print(view)
     for r in table:
+        if r.kept:  # its figure is the last collect's: its run directory could not be read now
+            console.print(f"[yellow]kept[/yellow] {markup(f'{r.cell_id}: {r.kept}')}")
+    for r in table:
         if r.status != "ok":
             what = markup(f"{r.cell_id}: {r.error or '-'}")
             console.print(f"[red]{markup(r.status)}[/red] {what}")

@@ -1,7 +1,7 @@
 """Malformed sessions, generated: copies of a good session each broken in one way a results folder
 meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
-UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large), for the
-store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
+UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large, its run
+directories gone, no time recorded), for the store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,8 @@ BAD_DATES = ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00", "1969-12-31T23:
 NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
 NOT_RATES = [*NOT_FINITE, 0.0, -0.0, -12.5]
 # Text that is no file's damage but reaches outputs: controls, rich markup, math text, HTML.
+# How many sessions of each kind added since the seeded mix was fixed (Breaker.make).
+LATER_EACH = 4
 HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "<script>alert(1)</script>",
                 "<img src=x onerror=alert(1)>", "a\nb", "it's \"quoted\"", "\u202eevil", "\x00nul"]  # fmt: skip
 
@@ -84,13 +86,17 @@ HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "
 class Case:
     """One broken session: its folder, the file (or folder) its damage is in, how it was broken, and
     what the kit must say of it: `skipped` (that file named in a skipped line, its session or cell
-    left out) or `not comparable` (a figure that is not a rate: the cell is not judged)."""
+    left out), `not comparable` (a figure that is not a rate: the cell is not judged), `kept` (run
+    directories gone: the measured rows survive a collect, each saying why it was not read again) or
+    `unplaced` (a session that recorded no time: left out of history and latest, read by name)."""
 
     folder: Path
     path: Path
     how: str
     expect: str = "skipped"
     kind: str = ""
+    # What the session measured before it was broken (cell id: figure), where that must survive.
+    measured: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def in_run(self) -> bool:
@@ -286,18 +292,48 @@ class Breaker:
             _set_json(run_dir / "sysinfo.json", key, text)
         return Case(folder, run_dir, f"{key} {text!r}", "shown")
 
+    def missing_runs(self) -> Case:
+        """A session copied without its run directories (runs/ pruned, or one cell's folder removed):
+        what its last collect stored is all there is of what it measured."""
+        folder = self._copy()
+        rows = [json.loads(text) for text in (folder / "results.jsonl").read_text().splitlines()]
+        measured = {r["cell_id"]: r["measured"] for r in rows if r["status"] == "ok"}
+        if self.rng.random() < 0.5:
+            path, how = folder / "runs", "no runs/ folder"
+        else:
+            path = folder / "runs" / self.rng.choice(sorted(p.name for p in (folder / "runs").iterdir()))
+            how = f"runs/{path.name} removed"
+        shutil.rmtree(path)
+        return Case(folder, path, how, "kept", measured=measured)
+
+    def no_time(self) -> Case:
+        """A session that recorded no time: a session.json without created_at (an older tool's), rows
+        without their start."""
+        folder = self._copy()
+        stored = _json(folder / "session.json")
+        del stored["created_at"]
+        (folder / "session.json").write_text(json.dumps(stored))
+        rows = [json.loads(text) for text in (folder / "results.jsonl").read_text().splitlines()]
+        for row in rows:
+            row["started_at"] = row["finished_at"] = None
+        (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return Case(folder, folder, "no created_at, no start in its rows", "unplaced")
+
     def make(self, count: int, limit: int) -> list[Case]:
         makers = {"wrong type": self.wrong_type, "deep": self.deep, "date": self.bad_date, "bytes": self.bad_bytes,
                   "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
                   "too large": lambda: self.too_large(limit)}  # fmt: skip
+        # Kinds added since: made after the others, so that a seed gives the cases it gave before, and
+        # each a few times (a session without runs/, a cell's run directory removed).
+        later = {"missing runs": self.missing_runs, "no time": self.no_time}
         # Every kind at least once, then at random (types and bytes twice as often: the most ways to go wrong).
         kinds = [
             *makers,
             *(self.rng.choice([*makers, "wrong type", "bytes"]) for _ in range(count - len(makers))),
         ]
         cases = []
-        for kind in kinds:
-            case = makers[kind]()
+        for kind in [*kinds, *(k for k in later for _ in range(LATER_EACH))]:
+            case = {**makers, **later}[kind]()
             case.kind = kind
             cases.append(case)
         return cases
