@@ -73,7 +73,7 @@ def test_compare_json_validates_and_carries_the_gates_answer_and_exit_code(two_s
     )
     table = run_inv("compare", "--results", str(two_sessions), "--fail-on-regression", "5", "--noise", "5")
     # The gate fails the same way with or without --json (the one line on stderr, the JSON on stdout).
-    assert done.returncode == table.returncode != 0, done.stderr
+    assert done.returncode == table.returncode == 1, done.stderr
     assert done.stderr == table.stderr
     found = valid("compare", done.stdout)
     cells = {c["cell_id"]: c for c in found["cells"]}
@@ -81,7 +81,8 @@ def test_compare_json_validates_and_carries_the_gates_answer_and_exit_code(two_s
         0.7
     )
     assert cells["fake--base"]["verdict"] == "same"
-    assert found["gate"] == {"limit": 0.05, "regressed": ["fake--fast"], "unjudged": [], "passed": False}
+    assert found["gate"] == {"limit": 0.05, "regressed": ["fake--fast"], "unjudged": [], "passed_over": [],
+                             "judged": 2, "cells": 2, "passed": False}  # fmt: skip
     # Without the gate: exit 0, gate null, the same cells.
     done = run_inv("compare", "--results", str(two_sessions), "--json")
     assert done.returncode == 0 and valid("compare", done.stdout)["gate"] is None

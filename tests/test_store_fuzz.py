@@ -1,9 +1,10 @@
 """The store under a few hundred malformed sessions: beside two good ones, sessions broken one way each
 (types, depths, dates, encodings, links, numbers that are not finite, sizes, folder names, hostile
-text, run directories gone, no time recorded: tests/fakes/malformed.py), generated from a seed, no
-trainer run. history, compare, report, collect and export always finish, show the good sessions, and
-name every bad one; a report or collect of a session whose run directories are gone keeps every row it
-measured; no control character reaches the terminal. The kit is called in-process (seconds on two cores); one run of
+text, run directories gone, no time recorded, hostile spreads: tests/fakes/malformed.py), generated from a
+seed, no trainer run. history, compare, report, collect and export always finish, show the good sessions,
+and name every bad one; a report or collect of a session whose run directories are gone keeps every row it
+measured; no control character reaches the terminal; compare and its gate never call a range no runs
+could give `same` or `improved`. The kit is called in-process (seconds on two cores); one run of
 `inv history` as a user runs it checks that no traceback reaches them."""
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 
+import jsonschema
 import pytest
 from invoke import Context, Exit
 
+from reprokit import schemas
 from reprokit.cli import result_tasks
 from reprokit.collect import collect, results_folder
 from reprokit.contract import bounded
 from reprokit.contract.textsafe import line
 from tests.conftest import run_inv
-from tests.fakes.malformed import Breaker, Case
+from tests.fakes.malformed import HOSTILE_SPREADS, Breaker, Case
 from tests.fakes.sessions import CELLS, write_session
 
 SEED = 32
@@ -94,6 +97,27 @@ def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzze
         said = _call(result_tasks.compare, a="a", b=case.folder.name, results=str(results), noise="5")
         assert said == "" and f"B = {case.folder.name}" in capsys.readouterr().out, case.how
     assert "\x1b" not in out + err
+
+
+def test_compare_and_its_gate_never_call_a_hostile_spread_same_or_improved(fuzzed, capsys):
+    # Before collect rebuilds the sessions' results.jsonl from their runs (the next test).
+    results, cases = fuzzed
+    hostile = [c for c in cases if c.kind == "hostile spreads"]
+    assert len({c.how.split(": ", 1)[1] for c in hostile}) == len(HOSTILE_SPREADS)  # every way, at least once
+    for case in hostile:
+        name = os.fsdecode(case.folder.name)
+        for a, b in (("a", name), (name, "a")):
+            said = _call(result_tasks.compare, a=a, b=b, results=str(results), json_=True, noise="5",
+                         fail_on_regression="5", skip_unjudged=True)  # fmt: skip
+            found = json.loads(capsys.readouterr().out)
+            jsonschema.validate(found, schemas.schema("compare"))
+            (cell,) = [c for c in found["cells"] if c["a"] and c["b"]]  # the one cell both sessions hold
+            assert (cell["verdict"], cell["energy_verdict"]) == ("not compared", "not compared"), case.how
+            side = "A" if a == name else "B"
+            assert cell["why"].startswith(f"{side}: "), (case.how, cell["why"])
+            # The cell it could judge was this one: passing over the rest, the gate judged nothing.
+            assert found["gate"]["judged"] == 0 and not found["gate"]["passed"]
+            assert said.startswith("reprokit: the gate judged none of 2 cell(s)"), said
 
 
 def test_collect_finishes_on_every_session_and_names_every_bad_file(fuzzed, capsys):

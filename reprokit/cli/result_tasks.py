@@ -4,6 +4,7 @@ side, and an export to MLflow. Each takes a session as a folder, a name under th
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from reprokit.collect import collect as collecting
 from reprokit.collect import results_folder
 from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
-from reprokit.contract.errors import ReprokitError
+from reprokit.contract.errors import GateFailed, ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.judge.result_row import Row
 from reprokit.report import report as reporting
@@ -35,14 +36,28 @@ def _results(results: str | None) -> Path:
     return folder
 
 
+# compare's percentages, bounded so that each still says something: (lowest, whether the lowest itself
+# is allowed, below what, why). A band of 50% calls a halving `same`; a gate at 100% could never fail (a
+# figure cannot lose all of itself and stay a rate), and one at 0% is the threshold's, not the gate's.
+PERCENTAGES = {
+    "threshold": (0.0, True, 50.0, "a wider band would call a halving `same`"),
+    "noise": (0.0, True, 50.0, "a wider band would call a halving `same`"),
+    "fail-on-regression": (0.0, False, 100.0, "a gate at 100% or more could never fail"),
+}
+
+
 def _percent(value: object, flag: str) -> float:
-    """A percentage flag's value as a fraction, or one line naming the flag."""
+    """A percentage flag's value as a fraction, within PERCENTAGES' bounds, or one line naming the flag."""
+    low, low_allowed, high, why = PERCENTAGES[flag]
     try:
         found = float(str(value))
     except ValueError:
-        found = -1.0
-    if not 0 <= found < 1000:
-        raise ReprokitError(f"--{flag} {value}: give a percentage (5 means 5%)")
+        found = math.nan
+    if not ((low <= found if low_allowed else low < found) and found < high):
+        lowest = f"from {low:g}" if low_allowed else f"above {low:g}"
+        raise ReprokitError(
+            f"--{flag} {value}: give a percentage {lowest} and below {high:g} (5 means 5%): {why}"
+        )
     return found / 100
 
 
@@ -135,12 +150,16 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
     help={
         "a": "the first session: a folder, a name under the results folder, latest or previous (default previous)",
         "b": "the second session, in the same forms (default latest)",
-        "threshold": "a change within this percentage is `same` (default 5)",
-        "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (CI of an image build)",
-        "noise": "for cells that ran once (no --repeat): the run-to-run spread in percent to accept as `same`; "
-        "--fail-on-regression on single runs needs it",
+        "threshold": "a change within this percentage is `same` (default 5; from 0 to below 50)",
+        "fail_on_regression": "exit 1 when a cell regressed by more than this percentage (above 0, below 100; "
+        "CI of an image build)",
+        "noise": "for cells that ran once (no --repeat): the run-to-run spread in percent to accept as `same` "
+        "(from 0 to below 50); --fail-on-regression on single runs needs it",
         "skip_unjudged": "with --fail-on-regression: gate on the cells it can judge, and pass over those it "
-        "cannot (no figure, a NaN, infinite, zero or negative one, a cell in one session only) instead of failing",
+        "cannot (no figure, a number it cannot trust, a disturbed run, a cell in one session only) instead of "
+        "failing; a gate that judged no cell still fails",
+        "judge_departed": "judge a side whose run was disturbed (it stalled, or the machine was shared) instead "
+        "of leaving the cell `not compared`; the verdict says so",
         "results": RESULTS_HELP,
         "json_": "print the comparison as JSON instead of the table; the gate's exit code is the same "
         "(its schema: reprokit/schemas/compare.schema.json)",
@@ -149,11 +168,18 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
 @friendly
 def compare(
     c, a="previous", b="latest", threshold=5.0, fail_on_regression=None, noise=None, skip_unjudged=False,
-    results=None, json_=False,
+    judge_departed=False, results=None, json_=False,
 ):  # fmt: skip
     """Per cell, B over A with a verdict (regressed, improved, same: the spread of repeated runs counts)
     and what changed between them: image, kit revision, recipe, driver, CUDA, torch, device, host.
-    With --fail-on-regression, a cell it cannot judge fails the gate too, unless --skip-unjudged."""
+    Every number a verdict reads is checked (figure, min, max, spread, repeats): a cell whose numbers
+    cannot be trusted, or whose run stalled or shared its machine, is `not compared`, saying why.
+    With --fail-on-regression, a cell it cannot judge fails the gate too, unless --skip-unjudged; the
+    gate says how many cells it judged, and one that judged none fails.
+    Exit codes: 0 the comparison (and the gate, if asked) passed; 1 the gate failed (a regression beyond
+    --fail-on-regression, a cell it cannot judge, no cell judged); 2 a usage error (a flag's value, a
+    session that cannot be read, single runs gated without --noise). Under `inv`, invoke's own parse
+    errors (an unknown flag) exit 1: a CI job runs `reprokit compare`."""
     from reprokit.report import compare as comparing
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
@@ -167,27 +193,21 @@ def compare(
     fraction = _percent(threshold, "threshold")
     skipped: list[Malformed] = []
     try:
-        first, second, found = comparing.compare(folder, a, b, fraction, band, skipped)
+        first, second, found = comparing.compare(folder, a, b, fraction, band, skipped, judge_departed)
     finally:
         say_skipped(skipped)
-    worse, unjudged = comparing.gate(found, limit, band) if limit is not None else ([], [])
-    # A cell the gate cannot judge fails it, unless told to pass over such cells.
-    blocking = [] if skip_unjudged else unjudged
+    gated = None if limit is None else comparing.gate(found, limit, band, skip_unjudged)
     if json_:
         from reprokit import schemas
 
-        payload = comparing.to_json(first, second, found, fraction, band, limit, worse, blocking)
-        print(schemas.dumps("compare", payload))
+        print(schemas.dumps("compare", comparing.to_json(first, second, found, fraction, band, gated)))
     else:
         comparing.print_table(first, second, found)
-    failures = []
-    if worse:
-        names = ", ".join(f"{line(x.cell_id)} ({x.ratio:.2f}x)" for x in worse)
-        failures.append(f"{len(worse)} cell(s) regressed by more than {fail_on_regression}%: {names}")
-    if blocking:
-        failures.append(comparing.unjudged_line(blocking))
-    if failures:
-        raise ReprokitError("; and ".join(failures))
+    if gated is None:
+        return
+    if not gated.passed:
+        raise GateFailed(gated.said())
+    print(gated.said(), file=sys.stderr)
 
 
 @task(

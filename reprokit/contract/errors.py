@@ -13,6 +13,13 @@ class RunFailed(ReprokitError):
     exit_code = 1
 
 
+class GateFailed(ReprokitError):
+    """A regression gate (compare --fail-on-regression) failed: a cell regressed beyond its limit, a
+    cell it cannot judge, or no cell judged. 1, as a failed run: 2 is a usage error."""
+
+    exit_code = 1
+
+
 class StartFailed(ReprokitError):
     """One cell could not be started (its container refused to run): it is recorded as failed and the
     matrix goes on."""

@@ -31,16 +31,40 @@ BEYOND = "beyond the publication"
 STEADY = "after_warmup"
 
 
-def not_a_rate(value: Any) -> str | None:
+# The most samples (or tokens) a second one device can be credited with. No training step comes near
+# it: the fastest published figures are below 10^5 images and 10^6 tokens a second per accelerator,
+# and a step of even one sample takes a kernel launch, microseconds. A figure beyond it is a broken
+# meter or an edited file; taken as a rate, 1e308 would call any session `improved` and any range
+# that reaches it `same`.
+MAX_RATE_PER_DEVICE = 1e9
+IMPLAUSIBLE = f"above {MAX_RATE_PER_DEVICE:.0e} per device"
+# Departures that say what happened to one run, not what its cell is: the machine shared with other
+# work (the trainers' common/measure/machineload.py) and a stall (common/measure/stalls.py). Two
+# sessions of one cell share its setup's departures (a smoke scale, synthetic data), so setting them
+# side by side is like for like; a disturbed run measured its disturbance.
+DISTURBANCES = ("the machine was shared while the run measured", "the run stalled")
+
+
+def not_a_rate(value: Any, devices: int = 1) -> str | None:
     """Why a measured rate cannot be judged (`not finite`: NaN or infinite, `not positive`: 0 or
-    below); None for a rate above 0. A broken meter's number is never a verdict."""
+    below, IMPLAUSIBLE: more than MAX_RATE_PER_DEVICE for each of `devices`); None for a rate. A
+    broken meter's number is never a verdict."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "not a number"
     if not math.isfinite(value):
         return "not finite"
-    return None if value > 0 else "not positive"
+    if not value > 0:
+        return "not positive"
+    return IMPLAUSIBLE if value > MAX_RATE_PER_DEVICE * max(devices, 1) else None
+
+
+def disturbances(reasons: list[str]) -> list[str]:
+    """The reasons among `reasons` that are a run's disturbances (DISTURBANCES), each once: a reason
+    that begins another (the first part of a joined one) is the same disturbance."""
+    found = [r for r in dict.fromkeys(reasons) if r.startswith(DISTURBANCES)]
+    return [r for r in found if not any(o != r and o.startswith(r) for o in found)]
 
 
 def total_devices(reference: dict[str, Any]) -> int:
@@ -175,7 +199,7 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
     measurements = {d: (summary.measured(d) if ok else None) for d in DEFINITIONS}
     # A figure that is not a rate (NaN, infinite, 0, below 0) is not shown as measured, and no verdict
     # rests on it: the run's meter failed, and the cell says so.
-    broken = {d: v for d, v in measurements.items() if not_a_rate(v)}
+    broken = {d: v for d, v in measurements.items() if not_a_rate(v, world)}
     measurements.update(dict.fromkeys(broken))
     reference = reference_for(record.cell.references, device, world, nodes)
     definition = (reference or {}).get("definition") or (STEADY if reference is None else None)
@@ -183,7 +207,8 @@ def judge(record: RunRecord, device: str | None, world: int, nodes: int) -> Judg
         definition = STEADY
     measured = measurements.get(definition) if definition else None
     found = departures(record) + [
-        Departure(reason=f"throughput {not_a_rate(v)} ({d}: {v})", kind=THROUGHPUT) for d, v in broken.items()
+        Departure(reason=f"throughput {not_a_rate(v, world)} ({d}: {v})", kind=THROUGHPUT)
+        for d, v in broken.items()
     ]
     steps = record.cell.args.get(record.cell.roles.get("max_steps", ""))
     reasons = blocking(found) + length_reasons(steps, definition)

@@ -4,12 +4,16 @@ between them (image, kit, recipe, driver, CUDA, torch, device, clocks, power cap
 
 A single run says nothing about its spread: where either side of a cell ran once, its verdict says
 so, and a regression gate on it needs the noise band the user accepts (`--noise`), given explicitly.
+Every number a verdict reads (the figure, the min and max of repeated runs, their spread and count)
+is checked as the figure is: a row that fails is `not compared`, naming the field and its value; so
+is a side whose run was disturbed (a stall, a shared machine) unless asked to judge it anyway.
 
     inv compare previous latest --fail-on-regression 5     # CI of an image build: exit 1 on a regression
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,15 +21,22 @@ from typing import Any
 from reprokit.collect import machines, results_folder
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
+from reprokit.contract.records import THROUGHPUT
 from reprokit.contract.textsafe import line as markup_free
 from reprokit.contract.textsafe import markup
+from reprokit.judge.repeats import median
 from reprokit.judge.result_row import Row
-from reprokit.judge.verdicts import not_a_rate
+from reprokit.judge.verdicts import disturbances, not_a_rate
 
 REGRESSED, IMPROVED, SAME, NOT_COMPARED = "regressed", "improved", "same", "not compared"
 # What is compared between the two runs of a cell, in the order people look for it.
 CHANGES = ("image_id", "kit_revision", "recipe_hash", "driver", "cuda", "torch", "transformers", "device_name",
            "machine")  # fmt: skip
+# How far two of a row's numbers that are one computation apart (a median and its runs, a figure per
+# device and per node) may differ: float rounding, nothing a hand edit would stay within.
+ROUNDING = 1e-9
+# The flag that judges a side whose run was disturbed (cli/result_tasks.py's compare).
+JUDGE_DEPARTED = "--judge-departed"
 
 
 @dataclass
@@ -61,17 +72,125 @@ def repeated(row: Row) -> bool:
     return (row.repeats or 0) > 1 and row.measured_min is not None
 
 
-def judge(a: Row, b: Row, threshold: float, noise: float | None = None) -> tuple[float | None, str, str]:
+def _near(value: float, expected: float) -> bool:
+    return math.isclose(value, expected, rel_tol=ROUNDING)
+
+
+def untrusted(row: Row) -> str | None:
+    """Why a number a verdict would read from `row` cannot be used, naming the field and its value;
+    None when each holds. A figure, min or max that is not a rate (not_a_rate: NaN, infinite, 0 or
+    below, beyond any device's speed), a min above the figure or a max below it, a spread that is not
+    (max - min) / median, a repeat count that is not the runs the row records, a device count below 1:
+    a hand edit or another tool's row must not widen a range until any change reads `same`. A row
+    without a figure is _no_figure's to say."""
+    world, figure = row.world_size, row.measured_per_device
+    if world is not None and world < 1:
+        return f"world_size {world} is not a device count"
+    world = world or 1
+    if figure is None:
+        return None
+    problem = not_a_rate(figure)
+    if problem:
+        return f"throughput {problem} ({figure!r})"
+    if row.measured is not None and not _near(row.measured, figure * world):
+        return f"measured_per_device {figure!r} is not measured {row.measured!r} over {world} device(s)"
+    low, high = row.measured_min, row.measured_max
+    for name, value in (("measured_min", low), ("measured_max", high)):
+        problem = not_a_rate(value, world)
+        if problem:
+            return f"{name} {value!r} is {problem}"
+    if (low is None) != (high is None):
+        return f"measured_min {low!r} and measured_max {high!r}: a range has both ends"
+    median_run = figure * world
+    if low is not None and high is not None:
+        if low > median_run and not _near(low, median_run):
+            return f"measured_min {low!r} is above the figure ({median_run:.6g})"
+        if high < median_run and not _near(high, median_run):
+            return f"measured_max {high!r} is below the figure ({median_run:.6g})"
+    if row.spread is not None:
+        expected = None if low is None or high is None else (high - low) / median_run
+        if (
+            not math.isfinite(row.spread)
+            or row.spread < 0
+            or (expected is not None and not _near(row.spread, expected))
+        ):
+            return f"spread {row.spread!r} is not (measured_max - measured_min) / median" + (
+                f" ({expected:.4g})" if expected is not None else " (no range)"
+            )
+    if row.repeats is not None and row.repeats < 0:
+        return f"repeats {row.repeats} is not a count of runs"
+    return _runs_disagree(row) if repeated(row) else None
+
+
+def _runs_disagree(row: Row) -> str | None:
+    """Where a repeated row's count, median, min or max is not what its recorded runs say."""
+    ran = []
+    for number, run in enumerate(row.repetitions, 1):
+        value = run.get("measured")
+        if run.get("status") != "ok" or value is None:
+            continue
+        problem = not_a_rate(value, row.world_size or 1)
+        if problem:
+            return f"repetitions: run {number}'s measured {value!r} is {problem}"
+        ran.append(value)
+    if len(ran) != row.repeats:
+        return f"repeats {row.repeats}, but the row records {len(ran)} run(s) that measured"
+    checks = (("measured_min", row.measured_min, min(ran), "the slowest run's"),
+              ("measured_max", row.measured_max, max(ran), "the fastest run's"),
+              ("measured_per_device", row.measured_per_device * (row.world_size or 1), median(ran),
+               "the runs' median"))  # fmt: skip
+    for name, value, expected, what in checks:
+        if value is not None and not _near(value, expected):
+            return f"{name} {value!r} is not {what} ({expected:.6g})"
+    return None
+
+
+def departed(row: Row) -> list[str]:
+    """The disturbances of a side's run (a stall, a shared machine: verdicts.DISTURBANCES): its own
+    throughput departures, and a repeated row's reasons (any of its runs')."""
+    reasons = [d.reason for d in row.departures if d.kind == THROUGHPUT]
+    return disturbances([*reasons, *(row.verdict_reasons or "").split("; ")])
+
+
+def refusal(a: Row, b: Row, judge_departed: bool = False) -> str | None:
+    """Why nothing of a cell (throughput, energy) is set side by side: a side whose numbers cannot be
+    trusted, or whose run was disturbed (unless `judge_departed`)."""
+    for side, row in (("A", a), ("B", b)):
+        problem = untrusted(row)
+        if problem:
+            return f"{side}: {problem}"
+    for side, row in (("A", a), ("B", b)):
+        found = departed(row)
+        if found and not judge_departed:
+            return f"{side}: {'; '.join(found)} ({JUDGE_DEPARTED} judges it)"
+    return None
+
+
+def judge(
+    a: Row, b: Row, threshold: float, noise: float | None = None, judge_departed: bool = False
+) -> tuple[float | None, str, str]:
     """(B/A per device, verdict, why). With repeated runs on both sides, a change counts only when the
     two ranges (min..max) do not overlap, and beyond that only when it exceeds the threshold. Where a
     side ran once, `noise` (the run-to-run spread the user accepts) is the band; without it the
-    verdict is the threshold's, said to rest on an unknown spread."""
+    verdict is the threshold's, said to rest on an unknown spread. A side without a figure, whose
+    numbers cannot be trusted, or whose run was disturbed (unless `judge_departed`) is not compared."""
     for side, row in (("A", a), ("B", b)):
         problem = _no_figure(row)
         if problem:
             return None, NOT_COMPARED, f"{side}: {problem}"
+    refused = refusal(a, b, judge_departed)
+    if refused:
+        return None, NOT_COMPARED, refused
     if (a.definition or "") != (b.definition or ""):
         return None, NOT_COMPARED, f"measured under different definitions ({a.definition} vs {b.definition})"
+    ratio, verdict, why = _judged(a, b, threshold, noise)
+    # Judged as asked: the verdict says what it rests on.
+    asked = "; ".join(f"{side} judged though {'; '.join(departed(row))}" for side, row in (("A", a), ("B", b))
+                      if departed(row))  # fmt: skip
+    return ratio, verdict, "; ".join(x for x in (why, asked) if x)
+
+
+def _judged(a: Row, b: Row, threshold: float, noise: float | None) -> tuple[float, str, str]:
     ratio = b.measured_per_device / a.measured_per_device
     changed = IMPROVED if ratio > 1 else REGRESSED
     if not (repeated(a) and repeated(b)):
@@ -93,20 +212,18 @@ def judge(a: Row, b: Row, threshold: float, noise: float | None = None) -> tuple
 
 
 def _no_figure(row: Row) -> str | None:
-    """Why a side's figure cannot be set beside the other's: none (and why: the row's reasons), or one
-    that is not a rate (NaN, infinite, 0, below 0: a results.jsonl another kit wrote)."""
-    value = row.measured_per_device
-    if value is None:
+    """Why a side has no figure to set beside the other's (and why: the row's reasons)."""
+    if row.measured_per_device is None:
         if row.status not in ("ok", "partial"):
             return f"no result ({row.status})"
         why = [r for r in (row.verdict_reasons or "").split("; ") if r.startswith("throughput ")]
         return "no figure" + (f" ({'; '.join(why)})" if why else "")
-    problem = not_a_rate(value)
-    return f"throughput {problem} ({value})" if problem else None
+    return None
 
 
 def judge_energy(a: Row, b: Row, threshold: float) -> tuple[float | None, str]:
-    """(B/A samples per joule, verdict): compared only where both runs measured energy (a figure above 0)."""
+    """(B/A samples per joule, verdict): compared only where both runs measured energy (a figure above 0,
+    and within not_a_rate's bound: a billion samples a joule is a nanojoule a sample, no training step)."""
     a_value, b_value = a.samples_per_joule, b.samples_per_joule
     if a_value is None or b_value is None or not_a_rate(a_value) or not_a_rate(b_value):
         return None, NOT_COMPARED
@@ -123,6 +240,7 @@ def compare(
     threshold: float = 0.05,
     noise: float | None = None,
     skipped: list[Malformed] | None = None,
+    judge_departed: bool = False,
 ) -> tuple[Path, Path, list[CellComparison]]:
     """Every cell of either session, matched by cell id (`latest` and `previous` among the sessions
     that can be read: those that cannot are added to `skipped`)."""
@@ -145,9 +263,12 @@ def compare(
                 CellComparison(cell_id, a, b, None, NOT_COMPARED, "only in " + ("B" if a is None else "A"))
             )
             continue
-        ratio, verdict, why = judge(a, b, threshold, noise)
+        ratio, verdict, why = judge(a, b, threshold, noise, judge_departed)
         single = ratio is not None and not (repeated(a) and repeated(b))
-        energy_ratio, energy_verdict = judge_energy(a, b, threshold)
+        # A side not trusted, or disturbed, is trusted for nothing: its energy is the same run's.
+        energy_ratio, energy_verdict = (
+            (None, NOT_COMPARED) if refusal(a, b, judge_departed) else judge_energy(a, b, threshold)
+        )
         found.append(
             CellComparison(
                 cell_id,
@@ -165,14 +286,56 @@ def compare(
     return a_dir, b_dir, found
 
 
-def gate(
-    found: list[CellComparison], limit: float, noise: float | None
-) -> tuple[list[CellComparison], list[CellComparison]]:
-    """(the cells that regressed by more than `limit` (a fraction), the cells the gate cannot judge),
-    for --fail-on-regression. A cell it cannot judge (no figure on a side, a NaN, infinite, zero or
-    negative one, a cell in one session only) fails the gate unless the user passes over such cells: a
-    broken run must not pass a CI job as `not a regression`. A gate on a cell that ran once on a side
-    needs the noise band (`noise`): refused in one line without it."""
+@dataclass
+class Gate:
+    """--fail-on-regression's answer: the cells that regressed beyond `limit` (a fraction), those it
+    cannot judge and that fail it, those passed over (--skip-unjudged), and how many it judged."""
+
+    limit: float
+    regressed: list[CellComparison]
+    unjudged: list[CellComparison]
+    passed_over: list[CellComparison]
+    judged: int
+    cells: int
+
+    @property
+    def passed(self) -> bool:
+        # A gate that judged nothing has said nothing: it does not pass.
+        return not self.regressed and not self.unjudged and self.judged > 0
+
+    def said(self) -> str:
+        """The gate's one line: why it failed, or that it passed; either way how many cells it judged."""
+        judged = f"{self.judged} of {self.cells} cell(s) judged"
+        over = (
+            f"{len(self.passed_over)} passed over (--skip-unjudged): "
+            + ", ".join(markup_free(x.cell_id) for x in self.passed_over)
+            if self.passed_over
+            else ""
+        )
+        limit = f"{self.limit * 100:g}%"
+        if self.passed:
+            return f"gate passed: {judged}, none regressed by more than {limit}" + (
+                f"; {over}" if over else ""
+            )
+        failures = []
+        if self.regressed:
+            names = ", ".join(f"{markup_free(x.cell_id)} ({x.ratio:.2f}x)" for x in self.regressed)
+            failures.append(f"{len(self.regressed)} cell(s) regressed by more than {limit}: {names}")
+        if self.unjudged:
+            failures.append(unjudged_line(self.unjudged))
+        if not failures:  # nothing failed it, and nothing was judged
+            return f"the gate judged none of {self.cells} cell(s): nothing to pass" + (
+                f" ({over})" if over else ""
+            )
+        return "; and ".join(failures) + f" ({judged})"
+
+
+def gate(found: list[CellComparison], limit: float, noise: float | None, skip_unjudged: bool = False) -> Gate:
+    """--fail-on-regression with `limit` (a fraction). A cell it cannot judge (no figure on a side, a
+    number it cannot trust, a disturbed run, a cell in one session only) fails the gate unless the
+    user passes over such cells: a broken run must not pass a CI job as `not a regression`; and a gate
+    that judged no cell fails. A gate on a cell that ran once on a side needs the noise band (`noise`):
+    refused in one line without it."""
     single = [x.cell_id for x in found if x.single]
     if single and noise is None:
         raise ReprokitError(
@@ -180,7 +343,15 @@ def gate(
             f"machine), or sessions run with --repeat 3: {', '.join(single)} ran once on a side"
         )
     worse = [x for x in found if x.verdict == REGRESSED and x.ratio is not None and 1 - x.ratio > limit]
-    return worse, [x for x in found if x.verdict == NOT_COMPARED]
+    unjudged = [x for x in found if x.verdict == NOT_COMPARED]
+    return Gate(
+        limit=limit,
+        regressed=worse,
+        unjudged=[] if skip_unjudged else unjudged,
+        passed_over=unjudged if skip_unjudged else [],
+        judged=len(found) - len(unjudged),
+        cells=len(found),
+    )
 
 
 def unjudged_line(unjudged: list[CellComparison]) -> str:
@@ -201,6 +372,7 @@ def changes(a: Row, b: Row) -> dict[str, tuple[Any, Any]]:
 
 
 def _side(session: Path, row: Row | None) -> dict[str, Any] | None:
+    """A side as the verdict read it: its figure, and for repeated runs their range and spread."""
     if row is None:
         return None
     world = row.world_size or 1
@@ -210,6 +382,7 @@ def _side(session: Path, row: Row | None) -> dict[str, Any] | None:
         "measured_per_device": row.measured_per_device,
         "measured_min_per_device": None if low is None else low / world,
         "measured_max_per_device": None if high is None else high / world,
+        "spread": row.spread if repeated(row) else None,
         "repeats": row.repeats,
         "samples_per_joule": row.samples_per_joule,
         "definition": row.definition,
@@ -217,10 +390,9 @@ def _side(session: Path, row: Row | None) -> dict[str, Any] | None:
 
 
 def to_json(first: Path, second: Path, found: list[CellComparison], threshold: float, noise: float | None,
-            limit: float | None, worse: list[CellComparison],
-            unjudged: list[CellComparison] | None = None) -> dict[str, Any]:  # fmt: skip
+            gated: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     """`compare --json` (reprokit/schemas/compare.schema.json): the table's content, and the gate's
-    answer when one was asked for (`unjudged`: the cells it could not judge and did not pass over)."""
+    answer when one was asked for."""
     everywhere = _common_changes(found)
     return {
         "a": first.name,
@@ -244,12 +416,15 @@ def to_json(first: Path, second: Path, found: list[CellComparison], threshold: f
         ],
         "changed_everywhere": {k: [old, new] for k, (old, new) in everywhere.items()},
         "gate": None
-        if limit is None
+        if gated is None
         else {
-            "limit": limit,
-            "regressed": [x.cell_id for x in worse],
-            "unjudged": [{"cell_id": x.cell_id, "why": x.why} for x in unjudged or []],
-            "passed": not worse and not unjudged,
+            "limit": gated.limit,
+            "regressed": [x.cell_id for x in gated.regressed],
+            "unjudged": [{"cell_id": x.cell_id, "why": x.why} for x in gated.unjudged],
+            "passed_over": [{"cell_id": x.cell_id, "why": x.why} for x in gated.passed_over],
+            "judged": gated.judged,
+            "cells": gated.cells,
+            "passed": gated.passed,
         },
     }
 
@@ -273,8 +448,7 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         view.add_column(column, overflow="fold")
     everywhere = _common_changes(found)
     for x in found:
-        a = _per_device(x.a)
-        b = _per_device(x.b)
+        a, b = markup(_per_device(x.a)), markup(_per_device(x.b))
         ratio = "-" if x.ratio is None else f"{x.ratio:.3f}"
         verdict = x.verdict + (f" ({x.why})" if x.why else "")
         style = styles.get(x.verdict, "")
@@ -298,11 +472,18 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
 
 
 def _per_device(row: Row | None) -> str:
+    """A side's figure per device, and for repeated runs the range the verdict read, as they are
+    (a range that cannot be trusted is shown beside the reason it was not used)."""
     if row is None or row.measured_per_device is None:
         return "-"
     low, high = _range(row)
-    spread = f" [{low:,.2f}..{high:,.2f}]" if low != high else ""
-    return f"{row.measured_per_device:,.2f}{spread}"
+    spread = f" [{_number(low)}..{_number(high)}]" if repeated(row) else ""
+    return f"{_number(row.measured_per_device)}{spread}"
+
+
+def _number(value: float) -> str:
+    # Any float fits a cell: 1e308 written out is 309 digits.
+    return f"{value:,.2f}" if abs(value) < 1e12 else f"{value:.3g}"
 
 
 def _common_changes(found: list[CellComparison]) -> dict[str, tuple[Any, Any]]:

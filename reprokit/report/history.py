@@ -21,6 +21,7 @@ from reprokit.contract.bounded import Malformed
 from reprokit.contract.textsafe import line as one_line
 from reprokit.judge.result_row import Row
 from reprokit.report import page_blocks
+from reprokit.report.compare import untrusted
 from reprokit.report.page_blocks import Block
 from reprokit.report.plots import DPI, Plot
 
@@ -158,8 +159,11 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
         if unjudged:  # hollow: a smoke run's figure shows the machinery works, it measures nothing published
             style["markerfacecolor"] = "none"
         (line,) = ax.plot(xs, ys, marker="o", label=label if index < LEGEND_SERIES else None, **style)
+        # Error bars only from a spread compare would read (a negative one cannot be drawn at all).
         spread = [
-            (x, y, e.row.spread * y / 2) for x, y, e in zip(xs, ys, points, strict=True) if e.row.spread
+            (x, y, e.row.spread * y / 2)
+            for x, y, e in zip(xs, ys, points, strict=True)
+            if e.row.spread and not untrusted(e.row)
         ]
         top = max([top, *(y for y in ys if y is not None), *(y + err for _, y, err in spread)])
         if spread:

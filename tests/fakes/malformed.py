@@ -1,7 +1,8 @@
 """Malformed sessions, generated: copies of a good session each broken in one way a results folder
 meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
 UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large, its run
-directories gone, no time recorded), for the store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
+directories gone, no time recorded, a repeated row's range no runs could give), for the store's fuzz
+test. Each case says which file its damage is in, and what the kit must make of it."""
 
 from __future__ import annotations
 
@@ -75,6 +76,18 @@ BAD_DATES = ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00", "1969-12-31T23:
              "2025-13-45T99:99:99", "2025-01-01T10:00:00+25:00", ""]  # fmt: skip
 NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
 NOT_RATES = [*NOT_FINITE, 0.0, -0.0, -12.5]
+# A repeated row's range as a hand edit or another tool leaves it: (how, min, max, the runs it records,
+# spread), each a factor of the row's figure (None: the spread its min and max give). Every number is
+# finite and JSON: what makes it hostile is what it would let a comparison call `same` or `improved`.
+HOSTILE_SPREADS = [
+    ("a negative min", -5.0, 1.01, None, None),
+    ("a zero min", 0.0, 1.01, None, None),
+    ("an absurd max", 0.99, 1e300, None, None),
+    ("min above max", 1.5, 0.5, None, None),
+    ("a range wider than its runs", 0.01, 100.0, (0.99, 1.0, 1.01), None),
+    ("a spread that is not its range's", 0.99, 1.01, None, 50.0),
+    ("a negative spread", 0.99, 1.01, None, -0.5),
+]
 # Text that is no file's damage but reaches outputs: controls, rich markup, math text, HTML.
 # How many sessions of each kind added since the seeded mix was fixed (Breaker.make).
 LATER_EACH = 4
@@ -87,8 +100,9 @@ class Case:
     """One broken session: its folder, the file (or folder) its damage is in, how it was broken, and
     what the kit must say of it: `skipped` (that file named in a skipped line, its session or cell
     left out), `not comparable` (a figure that is not a rate: the cell is not judged), `kept` (run
-    directories gone: the measured rows survive a collect, each saying why it was not read again) or
-    `unplaced` (a session that recorded no time: left out of history and latest, read by name)."""
+    directories gone: the measured rows survive a collect, each saying why it was not read again),
+    `unplaced` (a session that recorded no time: left out of history and latest, read by name) or `not
+    compared` (numbers a comparison cannot trust: compare leaves the cell out of its verdicts)."""
 
     folder: Path
     path: Path
@@ -137,7 +151,7 @@ class Breaker:
     def __init__(self, template: Path, results: Path, outside: Path, seed: int) -> None:
         self.template, self.results, self.outside = template, results, outside
         self.rng = random.Random(seed)
-        self.count = 0
+        self.count = self.spreads = 0
         outside.mkdir(parents=True, exist_ok=True)
 
     def _copy(self) -> Path:
@@ -250,6 +264,27 @@ class Breaker:
         path.write_text(json.dumps(summary))
         return Case(folder, path, f"summary.json {key}={summary[key]!r}")
 
+    def hostile_spread(self) -> Case:
+        """A row of results.jsonl made the median of three runs whose min, max or spread no three runs
+        could give: a comparison must never call it `same` or `improved` (it is `not compared`)."""
+        folder = self._copy()
+        path = folder / "results.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        row = next(r for r in rows if r.get("measured") is not None)
+        how, low, high, runs, spread = HOSTILE_SPREADS[self.spreads % len(HOSTILE_SPREADS)]
+        self.spreads += 1
+        figure = row["measured"]
+        low, high = figure * low, figure * high
+        ran = [figure * f for f in runs] if runs else [low, figure, high]
+        row.update(
+            repeats=3, measured_min=low, measured_max=high,
+            spread=(high - low) / figure if spread is None else spread,
+            repetitions=[{"cell_id": f"{row['cell_id']}--r{n}", "status": "ok", "measured": value,
+                          "measured_per_device": value, "error": None} for n, value in enumerate(ran, 1)],
+        )  # fmt: skip
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return Case(folder, path, f"results.jsonl {row['cell_id']}: {how}", "not compared")
+
     def too_large(self, limit: int) -> Case:
         folder = self._copy()
         path = self._target(folder, ("session.json", "cell.json", "sysinfo.json", "summary.json"))
@@ -320,6 +355,7 @@ class Breaker:
         return Case(folder, folder, "no created_at, no start in its rows", "unplaced")
 
     def make(self, count: int, limit: int) -> list[Case]:
+        """`count` cases of the random kinds, then each hostile spread once."""
         makers = {"wrong type": self.wrong_type, "deep": self.deep, "date": self.bad_date, "bytes": self.bad_bytes,
                   "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
                   "too large": lambda: self.too_large(limit)}  # fmt: skip
@@ -331,6 +367,11 @@ class Breaker:
             *makers,
             *(self.rng.choice([*makers, "wrong type", "bytes"]) for _ in range(count - len(makers))),
         ]
+        # Kinds with few ways, each of which must be seen: every way once, after the random ones (whose
+        # draws they leave as they were).
+        each = {"hostile spreads": (self.hostile_spread, len(HOSTILE_SPREADS))}
+        kinds += [kind for kind, (_, ways) in each.items() for _ in range(ways)]
+        makers.update({kind: make for kind, (make, _) in each.items()})
         cases = []
         for kind in [*kinds, *(k for k in later for _ in range(LATER_EACH))]:
             case = {**makers, **later}[kind]()
