@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.collect import explain, systemdesc
+from reprokit.collect import explain, results_folder, systemdesc
 from reprokit.contract import bounded, files, records, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
@@ -265,7 +265,12 @@ def read(session_dir: Path) -> Collected:
         skipped += [Malformed(path, reason) for path, reason in record.left_out]
     runs = _in_planned_order(found, planned)
     table = [
-        replace(repeats.kept(series), **repeats.summary(series), session=session_dir.name)
+        # A folder name that is not UTF-8 is written escaped (results.csv and .jsonl hold text).
+        replace(
+            repeats.kept(series),
+            **repeats.summary(series),
+            session=results_folder.printable(session_dir.name),
+        )
         for series in repeats.series(runs)
     ]
     speedups, efficiency = ratios.speedups(table), ratios.scaling_efficiency(table)
