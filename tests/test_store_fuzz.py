@@ -1,8 +1,9 @@
 """The store under a few hundred malformed sessions: beside two good ones, sessions broken one way each
 (types, depths, dates, encodings, links, numbers that are not finite, sizes, folder names, hostile
-text: tests/fakes/malformed.py), generated from a seed, no trainer run. history, compare, report,
-collect and export always finish, show the good sessions, and name every bad one; no control
-character reaches the terminal. The kit is called in-process (seconds on two cores); one run of
+text, links planted where the kit writes: tests/fakes/malformed.py), generated from a seed, no trainer
+run. history, compare, report, collect and export always finish, show the good sessions, and name
+every bad one; no control character reaches the terminal, and nothing is written through a planted
+link. The kit is called in-process (seconds on two cores); one run of
 `inv history` as a user runs it checks that no traceback reaches them."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from reprokit.collect import collect
 from reprokit.contract import bounded
 from reprokit.contract.textsafe import line
 from tests.conftest import run_inv
-from tests.fakes.malformed import Breaker, Case
+from tests.fakes.malformed import COLLECTED, REPORTED, Breaker, Case, as_it_stands, links_left
 from tests.fakes.sessions import CELLS, write_session
 
 SEED = 32
@@ -98,6 +99,14 @@ def test_collect_finishes_on_every_session_and_names_every_bad_file(fuzzed, caps
             assert row.verdict == "not comparable" and "throughput not " in row.verdict_reasons, case.how
         elif case.expect in ("tolerated", "shown"):
             assert " cells -> " in said and "skipped:" not in said, (case.how, said)
+        elif case.expect == "written inside":
+            _wrote_nothing_through_a_link(case, COLLECTED)
+
+
+def _wrote_nothing_through_a_link(case: Case, written: tuple[str, ...]) -> None:
+    """What the planted links lead to is as it was; the session's files the kit wrote are its own."""
+    assert case.outside is not None and as_it_stands(case.outside) == case.outside_was, case.how
+    assert links_left(case, written) == [], case.how
 
 
 def _one_of_each(cases: list[Case]) -> list[Case]:
@@ -120,6 +129,7 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
         "not finite",
         "text",
         "too large",
+        "planted",
     }
     # Every broken throughput.csv too: the report is what reads it (an export of each kind is enough).
     curves = [c for c in cases if c.path.name == "throughput.csv" and c not in sample]
@@ -132,6 +142,8 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
             assert "\x1b" not in said, case.how
             if case.expect == "skipped" and case.in_run:
                 assert _names(case, said), (task.name, case.how, said)
+            if case.expect == "written inside":
+                _wrote_nothing_through_a_link(case, REPORTED if task is result_tasks.report else COLLECTED)
     for good in ("a", "b"):
         assert _call(result_tasks.report, good, results=str(results)) == ""
         assert "bridgetower--workers0" in capsys.readouterr().out

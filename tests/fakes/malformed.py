@@ -1,7 +1,7 @@
 """Malformed sessions, generated: copies of a good session each broken in one way a results folder
 meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
-UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large), for the
-store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
+UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large, links
+planted where the kit writes), for the store's fuzz test. Each case says which file its damage is in, and what the kit must make of it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,11 @@ BAD_DATES = ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00", "1969-12-31T23:
 NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
 NOT_RATES = [*NOT_FINITE, 0.0, -0.0, -12.5]
 # Text that is no file's damage but reaches outputs: controls, rich markup, math text, HTML.
+# What collect and report write in a session (report also the plots): a link planted at any of these
+# names, or at the temporary name the writer once chose (`.results.jsonl.tmp<pid>`), leads outside.
+COLLECTED = ("results.csv", "results.jsonl", "systems", "tensorboard")
+REPORTED = (*COLLECTED, "report.md", "report.html")
+PLANTED = "not the kit's: planted outside the results folder\n"
 HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "<script>alert(1)</script>",
                 "<img src=x onerror=alert(1)>", "a\nb", "it's \"quoted\"", "\u202eevil", "\x00nul"]  # fmt: skip
 
@@ -91,10 +96,26 @@ class Case:
     how: str
     expect: str = "skipped"
     kind: str = ""
+    # Links planted where the kit writes (`planted`): the folder outside they lead to, as it was made.
+    outside: Path | None = None
+    outside_was: dict[str, str] = field(default_factory=dict)
 
     @property
     def in_run(self) -> bool:
         return self.path.name in RUN_FILES or self.path.parent.parent.name == "runs"
+
+
+def as_it_stands(folder: Path) -> dict[str, str]:
+    """Every file and folder under `folder`, with each file's text: what a planted link leads to, to be
+    found the same after the kit wrote beside the links."""
+    return {
+        str(p.relative_to(folder)): p.read_text() if p.is_file() else "/" for p in sorted(folder.rglob("*"))
+    }
+
+
+def links_left(case: Case, names: tuple[str, ...]) -> list[str]:
+    """Which of a session's own files or folders `names` are still links (the kit wrote them all)."""
+    return [name for name in names if (case.folder / name).is_symlink()]
 
 
 def _json(path: Path) -> Any:
@@ -225,6 +246,36 @@ class Breaker:
             path.symlink_to(self.outside / "nothing-here")
         return Case(folder, path, f"{path.name}: a {how} link")
 
+    def planted(self) -> Case:
+        """No damage to read: links planted where the kit writes, at the temporary names its writer once
+        chose (`.results.jsonl.tmp<pid>`, the pid this process's: the fuzz runs the kit in it) and at
+        the session's own files' and folders' names, each to a file or folder outside. The kit must
+        write none of them through: what they lead to stays as it was, and its files are its own."""
+        folder = self._copy()
+        outside = self.outside / f"{folder.name}-planted"
+        outside.mkdir()
+        where = self.rng.choice([("temporary",), ("own",), ("temporary", "own")])
+        if "temporary" in where:
+            for name in ("results.jsonl", "results.csv", "report.md", "report.html"):
+                (outside / f"tmp-{name}").write_text(PLANTED)
+                (folder / f".{name}.tmp{os.getpid()}").symlink_to(outside / f"tmp-{name}")
+        if "own" in where:
+            # results.jsonl is read before it is written (history, compare): its link out is the `link` kind.
+            for name in ("results.csv", "report.md", "report.html"):
+                (folder / name).unlink(missing_ok=True)
+                (outside / name).write_text(PLANTED)
+                (folder / name).symlink_to(outside / name)
+            for name in ("systems", "tensorboard"):
+                shutil.rmtree(folder / name, ignore_errors=True)
+                (outside / name).mkdir()
+                (outside / name / "keep").write_text(PLANTED)
+                (folder / name).symlink_to(outside / name, target_is_directory=True)
+        how = " and ".join(
+            {"temporary": "the writer's temporary names", "own": "its own files' names"}[w] for w in where
+        )
+        return Case(folder, folder, f"links planted at {how}", "written inside", outside=outside,
+                    outside_was=as_it_stands(outside))  # fmt: skip
+
     def not_finite(self) -> Case:
         folder = self._copy()
         path = self._target(folder, ("results.jsonl", "summary.json"))
@@ -289,7 +340,7 @@ class Breaker:
     def make(self, count: int, limit: int) -> list[Case]:
         makers = {"wrong type": self.wrong_type, "deep": self.deep, "date": self.bad_date, "bytes": self.bad_bytes,
                   "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
-                  "too large": lambda: self.too_large(limit)}  # fmt: skip
+                  "too large": lambda: self.too_large(limit), "planted": self.planted}  # fmt: skip
         # Every kind at least once, then at random (types and bytes twice as often: the most ways to go wrong).
         kinds = [
             *makers,
