@@ -91,15 +91,20 @@ def check_uri(tracking_uri: str) -> str:
 
 def _lock_file(tracking_uri: str) -> Path:
     """Where exports to this store take turns: beside a SQLite file (every machine that writes it sees the
-    lock), else in this machine's lock folder, by the URI."""
+    lock), else in this machine's lock folder, by the URI. Keyed by the store, not by how it was named:
+    beside the SQLite file itself (its real path: through a link to it or to its folder, the same lock),
+    a server by its URI with the case and trailing slash that do not change it left out."""
     if tracking_uri.startswith("sqlite:///"):
-        database = Path(tracking_uri[len("sqlite:///") :])
+        given = Path(tracking_uri[len("sqlite:///") :])
+        database = Path(os.path.realpath(given))
         if not database.parent.is_dir():
-            raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: no folder {line(database.parent)}")
+            raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: no folder {line(given.parent)}")
         return database.parent / f".{database.name}.lock"
+    parts = urlsplit(tracking_uri)
+    server = f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
     folder = machinelock.lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"reprokit-mlflow-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}.lock"
+    return folder / f"reprokit-mlflow-{hashlib.sha256(server.encode()).hexdigest()[:16]}.lock"
 
 
 def _key(name: str) -> str:
