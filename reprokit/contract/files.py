@@ -83,6 +83,23 @@ def make_dir(path: Path, mode: int = DIR_MODE) -> Path:
     return path
 
 
+def cannot_make_folders_in(path: Path) -> str | None:
+    """Why the kit could not make a folder in `path` (a session folder in a results folder), tried for
+    real in it or, where it is still to be made, in its nearest existing parent: a folder made there
+    and removed at once. None where it can. Permissions alone cannot tell: /proc/self looks writable
+    to root and refuses every new name, a read-only mount refuses root too."""
+    probe = Path(path)
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".reprokit-probe-", dir=probe))
+    except OSError as exc:
+        return describe(OSError(exc.errno, exc.strerror, str(probe)))
+    return None
+
+
 def own_dir(path: Path, mode: int = DIR_MODE) -> Path:
     """A folder the kit keeps inside one it writes (a session's systems/): a link planted at its name
     is removed and the folder made in its place, never written through (it would put the kit's files
