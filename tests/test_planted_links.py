@@ -239,3 +239,18 @@ def test_a_bare_node_runs_archive_and_rows_go_to_its_out_folder_through_no_plant
     archive.pack(out / "node-a.tar.gz", {"session": session_dir})
     assert _untouched(outside) == []
     assert (out / "node-a.tar.gz").is_file() and not (out / "node-a.tar.gz").is_symlink()
+
+
+def test_the_synthetic_image_pool_is_written_in_a_folder_of_its_own_never_through_a_planted_link(tmp_path):
+    from reprokit_trainers.common.data import imagenet
+
+    outside = tmp_path / "outside"
+    _outside(outside, "keep")
+    pool = tmp_path / "jpegs" / "imagenet-pool"
+    pool.parent.mkdir()
+    # Where the pool was once staged (the writer's pid: known to anyone on the machine).
+    (pool.parent / f".{pool.name}.{os.getpid()}").symlink_to(outside, target_is_directory=True)
+    written = imagenet._written(pool, lambda: [b"jpeg 0", b"jpeg 1"])
+    assert sorted(p.name for p in outside.iterdir()) == ["keep"]
+    assert pool.is_dir() and not pool.is_symlink()
+    assert [p.read_bytes() for p in written] == [b"jpeg 0", b"jpeg 1"]
