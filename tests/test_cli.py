@@ -66,6 +66,21 @@ def test_out_naming_a_file_is_refused(tmp_path):
     assert result.stderr.strip() == f"reprokit: --out {file}: a file is there; give a folder to write into"
 
 
+@pytest.mark.parametrize("where", ["/proc/self", "under a file", "/proc/self/new/results"])
+def test_out_where_no_folder_can_be_made_is_refused_in_one_line_before_anything_runs(tmp_path, where):
+    if where == "under a file":
+        (tmp_path / "taken").write_text("")
+        where = str(tmp_path / "taken" / "results")
+    # Not a dry run: before, the session's folder was made after planning, and /proc/self refused it
+    # with FileNotFoundError and its traceback.
+    result = run_inv("reproduce", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--out", where)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (said,) = result.stderr.strip().splitlines()
+    assert said.startswith(f"reprokit: --out {where}: the kit cannot make a folder there (")
+    assert said.endswith("); give a folder it can write into")
+    assert not (tmp_path / "taken").is_dir()
+
+
 def test_resume_refuses_a_folder_that_is_not_a_session(tmp_path):
     dataset = tmp_path / "imagenet"
     (dataset / "train").mkdir(parents=True)

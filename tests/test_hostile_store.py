@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from invoke import Context, Exit
@@ -251,6 +252,17 @@ def test_a_folder_name_with_a_newline_keeps_its_history_row_on_one_line(results,
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "bridgetower--" in line]
     assert len(rows) == 6 and sum(line.startswith("two\\nlines ") for line in rows) == 2
+
+
+def test_a_session_folder_named_in_bytes_that_are_not_utf8_collects_with_its_name_escaped(results, capsys):
+    folder = Path(os.fsdecode(os.fsencode(results) + b"/bad\xff"))
+    write_session(folder, "2025-01-03T10:00:00+00:00", collect=False)
+    # Before: UnicodeEncodeError, its traceback, and no results written.
+    result_tasks.collect(Context(), os.fsdecode(folder.name), results=str(results))
+    assert "2 cells -> " in capsys.readouterr().out
+    assert {json.loads(text)["session"] for text in (folder / "results.jsonl").read_text().splitlines()} == {
+        "bad\\xff"
+    }
 
 
 @pytest.mark.parametrize("name", ["it's", 'say "it\'s"'])

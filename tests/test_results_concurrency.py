@@ -136,3 +136,55 @@ def test_a_report_killed_while_drawing_keeps_the_previous_report_and_all_its_ima
         == []
     )
     assert os.path.exists(folder / "report.html")
+
+
+@pytest.mark.parametrize("through", ["a link to its folder", "a link to the file"])
+def test_two_exports_into_one_store_through_two_paths_take_turns_and_log_each_cell_once(
+    tmp_path, monkeypatch, through
+):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from reprokit.report import export_mlflow
+
+    folder = write_session(tmp_path / "results" / "s", "2025-01-01T10:00:00+00:00")
+    store = tmp_path / "store"
+    store.mkdir()
+    database = store / "mlflow.db"
+    if through == "a link to its folder":
+        (tmp_path / "alias").symlink_to(store, target_is_directory=True)
+        other = tmp_path / "alias" / "mlflow.db"
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        other = tmp_path / "elsewhere" / "mlflow.db"
+        other.symlink_to(database)
+    # The store made with the session's run in it, and its cells left to log (by two exports at once).
+    export_mlflow.export(folder, f"sqlite:///{database}")
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    experiment = client.get_experiment_by_name("reprokit").experiment_id
+    for run in client.search_runs([experiment]):
+        if run.data.tags["reprokit.cell"] != "s":
+            client.delete_run(run.info.run_id)
+    real, first = MlflowClient.create_run, threading.Event()
+
+    def held_up(self, *args, **kwargs):
+        # The first export to make a cell's run stops just before (it found no cell in the store) while
+        # the second starts.
+        if not first.is_set():
+            first.set()
+            time.sleep(3)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "create_run", held_up)
+    done: list[export_mlflow.Exported] = []
+    assert (
+        _together(
+            lambda: done.append(export_mlflow.export(folder, f"sqlite:///{database}")),
+            lambda: done.append(export_mlflow.export(folder, f"sqlite:///{other}")),
+        )
+        == []
+    )
+    # Before, through a link to the file: two locks, and each export logged every cell under the one parent.
+    runs = client.search_runs([experiment])
+    assert sorted(r.data.tags["reprokit.cell"] for r in runs) == sorted(["s", *CELLS])
+    assert sorted(len(d.made) for d in done) == [0, len(CELLS)]

@@ -1,10 +1,11 @@
 """The store under a few hundred malformed sessions: beside two good ones, sessions broken one way each
 (types, depths, dates, encodings, links, numbers that are not finite, sizes, folder names, hostile
-text, run directories gone, no time recorded, hostile spreads: tests/fakes/malformed.py), generated from a
-seed, no trainer run. history, compare, report, collect and export always finish, show the good sessions,
-and name every bad one; a report or collect of a session whose run directories are gone keeps every row it
-measured; no control character reaches the terminal; compare and its gate never call a range no runs
-could give `same` or `improved`. The kit is called in-process (seconds on two cores); one run of
+text, run directories gone, no time recorded, hostile spreads, links planted where the kit writes:
+tests/fakes/malformed.py), generated from a seed, no trainer run. history, compare, report, collect and
+export always finish, show the good sessions, and name every bad one; a report or collect of a session
+whose run directories are gone keeps every row it measured; no control character reaches the terminal,
+and nothing is written through a planted link; compare and its gate never call a range no runs could
+give `same` or `improved`. The kit is called in-process (seconds on two cores); one run of
 `inv history` as a user runs it checks that no traceback reaches them."""
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from reprokit.collect import collect, results_folder
 from reprokit.contract import bounded
 from reprokit.contract.textsafe import line
 from tests.conftest import run_inv
-from tests.fakes.malformed import HOSTILE_SPREADS, Breaker, Case
+from tests.fakes.malformed import (
+    COLLECTED,
+    HOSTILE_SPREADS,
+    REPORTED,
+    Breaker,
+    Case,
+    as_it_stands,
+    links_left,
+)
 from tests.fakes.sessions import CELLS, write_session
 
 SEED = 32
@@ -139,6 +148,14 @@ def test_collect_finishes_on_every_session_and_names_every_bad_file(fuzzed, caps
         elif case.expect == "kept":  # every measured row survives, and says why it was not read again
             assert case.measured and _measured(case) == case.measured, case.how
             assert all(f"kept: {cell}: " in said for cell in case.measured), (case.how, said)
+        elif case.expect == "written inside":
+            _wrote_nothing_through_a_link(case, COLLECTED)
+
+
+def _wrote_nothing_through_a_link(case: Case, written: tuple[str, ...]) -> None:
+    """What the planted links lead to is as it was; the session's files the kit wrote are its own."""
+    assert case.outside is not None and as_it_stands(case.outside) == case.outside_was, case.how
+    assert links_left(case, written) == [], case.how
 
 
 def _one_of_each(cases: list[Case]) -> list[Case]:
@@ -163,6 +180,7 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
         "too large",
         "missing runs",
         "no time",
+        "planted",
     }
     # Every broken throughput.csv too: the report is what reads it (an export of each kind is enough).
     curves = [c for c in cases if c.path.name == "throughput.csv" and c not in sample]
@@ -177,6 +195,8 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
                 assert _names(case, said), (task.name, case.how, said)
             if case.expect == "kept":
                 assert _measured(case) == case.measured, (task.name, case.how)
+            if case.expect == "written inside":
+                _wrote_nothing_through_a_link(case, REPORTED if task is result_tasks.report else COLLECTED)
     for good in ("a", "b"):
         assert _call(result_tasks.report, good, results=str(results)) == ""
         assert "bridgetower--workers0" in capsys.readouterr().out

@@ -16,7 +16,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from reprokit.contract import rundirs
+from reprokit.contract import files, rundirs
 
 LIMIT_BYTES = 16 * 2**20
 LOG_TAIL_BYTES = 256 * 1024
@@ -63,9 +63,7 @@ def pack(out_file: Path, parts: dict[str, Path]) -> dict[str, object]:
         )
     else:
         raise OSError(f"the archive stays over {LIMIT_BYTES // 2**20} MiB with only results and summaries")
-    tmp = out_file.with_name(f".{out_file.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, out_file)
+    files.write_bytes(out_file, data)
     return {"bytes": len(data), "files": len(entries), "left_out": left_out}
 
 

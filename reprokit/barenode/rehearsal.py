@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.barenode import slices
-from reprokit.contract import trainers
+from reprokit.contract import files, trainers
 from reprokit.contract.console import console
 from reprokit.contract.errors import ReprokitError, RunFailed
 
@@ -63,7 +63,7 @@ def rehearse(
         where.mkdir(parents=True, exist_ok=True)
         lines = cell_lines(names, where / "runs", slices_file)
         cells_file, out = where / "cells.jsonl", where / "rehearsal.jsonl"
-        cells_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        files.write_text(cells_file, "".join(json.dumps(line) + "\n" for line in lines))
         out.unlink(missing_ok=True)
         env = {
             **os.environ,
@@ -92,7 +92,8 @@ def rehearse(
             str(workers_cap),
         ]
         # Each failed cell's traceback goes to rehearsal.log (kept with --keep); its one line to the table.
-        with open(where / "rehearsal.log", "w") as log:
+        (where / "rehearsal.log").unlink(missing_ok=True)  # this rehearsal's alone (a link there: removed)
+        with files.open_append(where / "rehearsal.log") as log:
             done = subprocess.run(command, env=env, stdout=sys.stdout, stderr=log)
         results = [json.loads(text) for text in out.read_text().splitlines()] if out.exists() else []
         if len(results) < len(lines):

@@ -57,8 +57,8 @@ class Log:
         stamp = time.strftime("%H:%M:%S")
         line = f"[{stamp}] {text}"
         print(line, flush=True)
-        with open(self.path, "a") as fh:
-            fh.write(line + "\n")
+        with files.open_append(self.path) as fh:
+            fh.write((line + "\n").encode())
 
 
 @contextmanager
@@ -77,12 +77,6 @@ def _signals_stop() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _atomic_copy(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
 
 
 class NodeRun:
@@ -142,7 +136,8 @@ class NodeRun:
     def copy_rows_out(self) -> None:
         assert self.session_dir is not None
         for name in (sessions.RESULTS_CSV, sessions.RESULTS_JSONL):
-            _atomic_copy(self.session_dir / name, self.out / name)
+            # Whole (results files are a few KB), through the kit's writer: never a planted link.
+            files.write_bytes(self.out / name, (self.session_dir / name).read_bytes())
 
     def pack(self) -> dict[str, Any]:
         assert self.session_dir is not None
@@ -204,7 +199,7 @@ class NodeRun:
             return
         try:
             done = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=30)
-            (self.scratch / "nvidia-smi-q.txt").write_text(done.stdout + done.stderr)
+            files.write_text(self.scratch / "nvidia-smi-q.txt", done.stdout + done.stderr)
         except (OSError, subprocess.TimeoutExpired) as error:
             self.log(f"nvidia-smi -q: {error}")
 

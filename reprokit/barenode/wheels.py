@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reprokit.contract import files
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan.validation import one_line
 
@@ -366,7 +367,7 @@ def build(
         "left_out": dict(node.leave_out),
         "node_packages": {on_node[k].name: on_node[k].version for k in sorted(on_node)},
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    files.write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     size = bundle_bytes(out)
     if size > LIMIT_BYTES:
         largest = sorted(entries, key=lambda e: -e["bytes"])[:3]

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from reprokit.cli import settings
+from reprokit.contract import files
 from reprokit.contract.errors import ReprokitError
+from reprokit.contract.textsafe import line
 from reprokit.plan import data, recipes
 from reprokit.plan.request import Request
 
@@ -142,9 +144,22 @@ def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
         recipes=[*site.get("recipes", []), *options.recipes],
     )
     recipes.use_dirs(filled.recipes)
-    if filled.out and Path(filled.out).exists() and not Path(filled.out).is_dir():
-        raise ReprokitError(f"--out {filled.out}: a file is there; give a folder to write into")
+    if filled.out:
+        _writable_out(filled.out, "--out" if options.out else "the `results` setting")
     return filled, site
+
+
+def _writable_out(out: str, given_as: str) -> None:
+    """A folder the kit can make its session (or rendered) folders in, checked before anything runs:
+    else one line naming it and why (a file, /proc, a read-only mount, no permission)."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ReprokitError(f"{given_as} {line(out)}: a file is there; give a folder to write into")
+    why = files.cannot_make_folders_in(Path(out))
+    if why is not None:
+        raise ReprokitError(
+            f"{given_as} {line(out)}: the kit cannot make a folder there ({line(why)}); "
+            "give a folder it can write into"
+        )
 
 
 def _parsed(value: Any, convert: Callable[[Any], T], problem: str) -> T | None:

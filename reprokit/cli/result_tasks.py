@@ -227,8 +227,10 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
         raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
     from reprokit.report import export_mlflow
 
+    # Before anything is read: one line naming the stores that work, or how to install the extra.
     if tracking_uri:
-        export_mlflow.check_uri(tracking_uri)  # before anything is read: one line naming the stores that work
+        export_mlflow.check_uri(tracking_uri)
+    export_mlflow.check_extra(tracking_uri)
     done = export_mlflow.export(_session(session, results), tracking_uri)
     say_skipped(done.skipped)
     notes = []

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -303,10 +304,14 @@ def read(session_dir: Path) -> Collected:
         skipped.append(unread)
     runs = keep.keep(_in_planned_order(found, planned), stored, session_dir)
     table = [
-        # A kept row is its series' row as stored: its repeats and figures are those of every run.
+        # A folder name that is not UTF-8 is written escaped (results.csv and .jsonl hold text). A kept row is its series' row as stored: its repeats and figures are those of every run.
         replace(series[0], session=_name(session_dir))
         if series[0].kept
-        else replace(repeats.kept(series), **repeats.summary(series), session=_name(session_dir))
+        else replace(
+            repeats.kept(series),
+            **repeats.summary(series),
+            session=_name(session_dir),
+        )
         for series in repeats.series(runs)
     ]
     speedups, efficiency = ratios.speedups(table), ratios.scaling_efficiency(table)
@@ -416,31 +421,34 @@ def _copy_events(source: Path, target: Path) -> list[Malformed]:
 
 def _gather_tensorboard(session_dir: Path) -> list[Malformed]:
     """All cells' event files under one folder, so one `tensorboard --logdir` shows them side by side:
-    copied beside it first, then put in place of the old copy (a link there is replaced, not followed).
-    Returns what was not copied, and why."""
+    copied into a folder of this collect's own beside it first (made by mkdtemp under a name nobody
+    could have planted a link at), then put in place of the old copy (a link there is replaced, not
+    followed). Returns what was not copied, and why."""
     root = session_dir.parent
     target = session_dir / sessions.TENSORBOARD
-    staging = session_dir / f".{sessions.TENSORBOARD}.new{os.getpid()}"
     for stale in session_dir.glob(f".{sessions.TENSORBOARD}.*"):  # a collect killed before (the lock is ours)
         _remove(stale)
+    work = Path(tempfile.mkdtemp(prefix=f".{sessions.TENSORBOARD}.", dir=session_dir))
+    staging, old = work / "new", work / "old"
     left: list[Malformed] = []
-    for run_dir in run_dirs(session_dir):
-        source = run_dir / rundirs.FILES["tensorboard"]
-        if not source.is_dir():
-            continue
-        try:
-            bounded.check_inside(source, root)
-        except Malformed as exc:
-            left.append(exc)
-            continue
-        if any(source.rglob("events.out.tfevents.*")):
-            left += _copy_events(source, staging / run_dir.name)
-    old = session_dir / f".{sessions.TENSORBOARD}.old{os.getpid()}"
-    if target.is_symlink() or target.is_file():
-        target.unlink()
-    elif target.exists():
-        target.rename(old)
-    if staging.exists():
-        staging.rename(target)
-    _remove(old)
+    try:
+        for run_dir in run_dirs(session_dir):
+            source = run_dir / rundirs.FILES["tensorboard"]
+            if not source.is_dir():
+                continue
+            try:
+                bounded.check_inside(source, root)
+            except Malformed as exc:
+                left.append(exc)
+                continue
+            if any(source.rglob("events.out.tfevents.*")):
+                left += _copy_events(source, staging / run_dir.name)
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.exists():
+            target.rename(old)
+        if staging.exists():
+            staging.rename(target)
+    finally:
+        _remove(work)
     return left

@@ -107,7 +107,6 @@ def write(session_dir: Path, table: list[Row]) -> list[Path]:
             systems.setdefault(tuple(described[key] for key in IDENTITY), described)
     written = []
     for described in systems.values():
-        path = session_dir / FOLDER / f"{system_id(described)}.json"
-        path.parent.mkdir(exist_ok=True)
+        path = files.own_dir(session_dir / FOLDER) / f"{system_id(described)}.json"
         written.append(files.write_text(path, json.dumps(described, indent=2, default=str) + "\n"))
     return written

@@ -19,6 +19,7 @@ from typing import Any
 
 from reprokit import __version__
 from reprokit.contract.errors import ReprokitError
+from reprokit.contract.files import open_append
 from reprokit.contract.gitinfo import checkout, kit_revision, kit_source
 from reprokit.images import buildkit, engine, vendor
 from reprokit.images.buildkit import Builder
@@ -323,7 +324,12 @@ def _stream_build(docker_client, plan: BuildPlan, log_path: Path, console) -> st
         "rm": True,
         "forcerm": True,
     }
-    with open(log_path, "w") as log, console.status("starting the build") as status:
+    # This build's own log: a link planted at its name is removed, never written through.
+    log_path.unlink(missing_ok=True)
+    with (
+        io.TextIOWrapper(open_append(log_path), encoding="utf-8") as log,
+        console.status("starting the build") as status,
+    ):
         log.write(plan.command_line(Path("<context sent from memory>")) + "\n")
         log.write(f"# builder: {plan.builder.name} ({plan.builder.why})\n\n")
         started: set[str] = set()

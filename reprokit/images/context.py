@@ -16,6 +16,7 @@ from pathlib import Path
 from reprokit import __version__
 from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
+from reprokit.contract.files import write_bytes
 from reprokit.contract.layout import DOCKER
 from reprokit.contract.trainers import PACKAGE as TRAINERS_PACKAGE
 from reprokit.images import pins, vendor
@@ -105,10 +106,12 @@ def write_context(profile: Profile, dest: Path, files: dict[str, bytes] | None =
     """Write the context into dest, emptied first so that no stale file goes into the build."""
     import shutil
 
-    if dest.exists():
+    if dest.is_symlink():  # a link planted there: removed, never emptied nor written through
+        dest.unlink()
+    elif dest.exists():
         shutil.rmtree(dest)
     for name, data in (files or context_files(profile)).items():
         path = dest / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_bytes(path, data)
     return dest

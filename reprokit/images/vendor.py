@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from reprokit.contract.errors import ReprokitError
+from reprokit.contract.files import write_bytes
 from reprokit.plan.accelerators import Profile, VendorFile
 
 FETCH_TIMEOUT_S = 60
@@ -75,7 +76,7 @@ def stage(profile: Profile, dest: Path) -> list[Path]:
     for path, data in files(profile).items():
         target = dest / "vendor" / Path(path).name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        write_bytes(target, data)
         written.append(target)
     return written
 

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
+import importlib
 import json
 import os
 import re
 import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +56,16 @@ SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssq
 STORES = "sqlite:///path/to/mlflow.db, or an MLflow server (http://host:5000)"
 # Who runs an export: a RUNNING run of a live exporter is its run, not an interrupted one.
 OWNER_TAG = "reprokit.export.owner"
+# What the `mlflow` extra installs that an export imports: MLflow's client, and for a SQLite or SQL
+# store its database layer (a server needs only the client).
+CLIENT_MODULES = ("mlflow.tracking",)
+DATABASE_MODULES = ("sqlalchemy", "alembic")
+SERVERS = ("http", "https", "databricks")
+# How long a store's server has to answer before the export starts, in seconds: one that answers takes
+# milliseconds; one that never does held an export 253 s in MLflow's own retries, then five tracebacks.
+REACH_TIMEOUT_S = 5.0
+# The SQL stores' default ports (a URI that names no port).
+SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
 def default_uri(results: Path) -> tuple[str, str]:
@@ -72,7 +86,7 @@ def artifact_location(tracking_uri: str) -> str | None:
 
 def check_uri(tracking_uri: str) -> str:
     """A tracking URI the export can use, or one line naming the stores that work."""
-    scheme = urlsplit(tracking_uri).scheme.split("+")[0].lower()
+    scheme = _scheme(tracking_uri)
     # MLflow's own opt-in to its file store, which the user may have set.
     opted_in = os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true" and scheme in ("", "file")
     if scheme not in SCHEMES and not opted_in:
@@ -89,17 +103,74 @@ def check_uri(tracking_uri: str) -> str:
     return tracking_uri
 
 
+def _scheme(tracking_uri: str) -> str:
+    return urlsplit(tracking_uri).scheme.split("+")[0].lower()
+
+
+def check_extra(tracking_uri: str | None) -> None:
+    """The modules an export to this store (None: the results folder's SQLite file) imports, there: else
+    one line saying how to install them (`make reproduce` installs the kit without its `mlflow` extra)."""
+    server = tracking_uri is not None and _scheme(tracking_uri) in SERVERS
+    wanted = CLIENT_MODULES + (() if server else DATABASE_MODULES)
+    missing = []
+    for module in wanted:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module.split(".")[0])
+    if missing:
+        raise ReprokitError(
+            f"exporting to MLflow needs the kit's mlflow extra ({', '.join(missing)} is not installed here): "
+            f'pip install "{DISTRIBUTION}[mlflow]"'
+        )
+
+
+def check_server(tracking_uri: str) -> None:
+    """A store behind a server answers within REACH_TIMEOUT_S seconds, else one line naming the URI and
+    what went wrong: an MLflow server is asked for its /health (any HTTP answer will do: a 401 is a server
+    there), a SQL store's host is connected to. A SQLite file has no server; Databricks' host is in
+    its profile."""
+    scheme, parts, timeout_s = _scheme(tracking_uri), urlsplit(tracking_uri), REACH_TIMEOUT_S
+    try:
+        if scheme in ("http", "https"):
+            health = f"{tracking_uri.rstrip('/')}/health"
+            try:
+                with urllib.request.urlopen(health, timeout=timeout_s):  # noqa: S310 -- the user's own server
+                    pass
+            except urllib.error.HTTPError:
+                pass  # it answered
+        elif scheme in SQL_PORTS and parts.hostname:
+            socket.create_connection(
+                (parts.hostname, parts.port or SQL_PORTS[scheme]), timeout=timeout_s
+            ).close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, TimeoutError | socket.timeout):
+            why = f"no answer within {timeout_s:g} s"
+        else:
+            why = str(getattr(reason, "strerror", None) or reason) or type(reason).__name__
+        raise ReprokitError(
+            f"--tracking-uri {line(tracking_uri)}: the MLflow store cannot be reached ({line(why)}); "
+            "start it, or give another store"
+        ) from None
+
+
 def _lock_file(tracking_uri: str) -> Path:
     """Where exports to this store take turns: beside a SQLite file (every machine that writes it sees the
-    lock), else in this machine's lock folder, by the URI."""
+    lock), else in this machine's lock folder, by the URI. Keyed by the store, not by how it was named:
+    beside the SQLite file itself (its real path: through a link to it or to its folder, the same lock),
+    a server by its URI with the case and trailing slash that do not change it left out."""
     if tracking_uri.startswith("sqlite:///"):
-        database = Path(tracking_uri[len("sqlite:///") :])
+        given = Path(tracking_uri[len("sqlite:///") :])
+        database = Path(os.path.realpath(given))
         if not database.parent.is_dir():
-            raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: no folder {line(database.parent)}")
+            raise ReprokitError(f"--tracking-uri {line(tracking_uri)}: no folder {line(given.parent)}")
         return database.parent / f".{database.name}.lock"
+    parts = urlsplit(tracking_uri)
+    server = f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
     folder = machinelock.lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"reprokit-mlflow-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}.lock"
+    return folder / f"reprokit-mlflow-{hashlib.sha256(server.encode()).hexdigest()[:16]}.lock"
 
 
 def _key(name: str) -> str:
@@ -148,12 +219,8 @@ def _alive_here(owner: str | None) -> bool:
 
 
 def _client(tracking_uri: str):
-    try:
-        from mlflow.tracking import MlflowClient
-    except ImportError:
-        raise ReprokitError(
-            f'exporting to MLflow needs mlflow: pip install "{DISTRIBUTION}[mlflow]"'
-        ) from None
+    from mlflow.tracking import MlflowClient  # there: check_extra
+
     return MlflowClient(tracking_uri=tracking_uri)
 
 
@@ -256,12 +323,23 @@ def _store(session_dir: Path, tracking_uri: str | None) -> tuple[str, str | None
 
 def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
     """Log the session; the runs made (none for cells already there), those rolled back, and what was
-    left out. Exports to one store take turns."""
-    read = collect.read(session_dir)  # read, not written: the folder may be read-only
+    left out. The extra and the store's server are checked first; exports to one store take turns; the
+    store's refusal midway is one line naming it."""
     uri, artifacts = _store(session_dir, tracking_uri)
+    check_extra(uri)
+    check_server(uri)
+    read = collect.read(session_dir)  # read, not written: the folder may be read-only
     found = Exported(uri, skipped=read.skipped)
+    from mlflow.exceptions import MlflowException
+
     with writelock.held(_lock_file(uri), "an MLflow export"):
-        _export(session_dir, read.rows, uri, artifacts, found)
+        try:
+            _export(session_dir, read.rows, uri, artifacts, found)
+        except MlflowException as exc:
+            # A server that went away or refused midway (MLflow has retried): what was made stays, and
+            # the next export finishes the rest.
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ReprokitError(f"the MLflow store {line(uri)} refused the export: {line(said)}") from None
     return found
 
 

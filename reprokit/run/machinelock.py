@@ -11,6 +11,7 @@ dies, so a killed session never leaves the machine locked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import json
 import os
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from reprokit.contract import sessions
+from reprokit.contract.errors import ReprokitError
 from reprokit.contract.writelock import flocked
 
 NAME = "reprokit-machine.lock"
@@ -44,10 +46,23 @@ def lock_dir() -> Path:
 
 
 def _open(path: Path) -> int:
+    # Never through a link planted at the lock's name: the holder's line is written into the file
+    # (truncated first), which would land in whatever file the link leads to.
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except PermissionError:  # another user's lock file: reading it is enough to lock it
-        return os.open(path, os.O_RDONLY)
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        try:
+            os.unlink(path)  # our own link (another user's, in a shared lock folder, stays)
+        except OSError:
+            raise ReprokitError(
+                f"{path} is a link, not this machine's lock file: remove it, or give another folder "
+                "with REPROKIT_LOCK_DIR"
+            ) from None
+        return _open(path)
     if os.fstat(fd).st_uid == os.getuid():
         os.fchmod(fd, 0o644)
     return fd

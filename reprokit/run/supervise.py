@@ -210,7 +210,7 @@ def _run_each(
             continue
         stopped = None
         try:
-            if run_dir.exists():
+            if run_dir.exists() or run_dir.is_symlink():
                 _clear_outputs(run_dir)
             needs = cell.needed_cells().values()
             failed_needs = [c for c in needs if outcomes.get(c, {}).get("status") != "ok"]
@@ -249,9 +249,14 @@ def _run_each(
 
 
 def _clear_outputs(run_dir: Path) -> None:
-    """A rerun starts from a clean run directory, so no stale file mixes into the new result."""
+    """A rerun starts from a clean run directory, so no stale file mixes into the new result. A link
+    (the run directory itself, or in it) is removed, never followed: what it leads to is not the
+    session's to clear, and the rerun writes into a folder of its own."""
+    if run_dir.is_symlink():
+        run_dir.unlink()
+        return
     for path in run_dir.iterdir():
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()

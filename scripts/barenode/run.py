@@ -21,6 +21,7 @@ The budget counts from this script's start. Everything that comes back is in --o
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -36,10 +37,22 @@ REPO = Path(__file__).resolve().parents[2]
 STAMP = ".reprokit-bundle"  # in the prefix: the manifest's hash of the bundle installed there
 
 
+def _append(path: Path) -> int:
+    """`path` opened for appending; a link planted at its name is replaced, never written through."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+    os.unlink(path)
+    return os.open(path, flags | os.O_EXCL, 0o644)
+
+
 def say(out: Path, text: str) -> None:
     line = f"[{time.strftime('%H:%M:%S')}] {text}"
     print(line, flush=True)
-    with open(out / "runner.log", "a") as fh:
+    with os.fdopen(_append(out / "runner.log"), "a") as fh:
         fh.write(line + "\n")
 
 

@@ -1,8 +1,9 @@
 """Malformed sessions, generated: copies of a good session each broken in one way a results folder
 meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
 UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large, its run
-directories gone, no time recorded, a repeated row's range no runs could give), for the store's fuzz
-test. Each case says which file its damage is in, and what the kit must make of it."""
+directories gone, no time recorded, a repeated row's range no runs could give, links planted where the
+kit writes), for the store's fuzz test. Each case says which file its damage is in, and what the kit
+must make of it."""
 
 from __future__ import annotations
 
@@ -91,6 +92,11 @@ HOSTILE_SPREADS = [
 # Text that is no file's damage but reaches outputs: controls, rich markup, math text, HTML.
 # How many sessions of each kind added since the seeded mix was fixed (Breaker.make).
 LATER_EACH = 4
+# What collect and report write in a session (report also the plots): a link planted at any of these
+# names, or at the temporary name the writer once chose (`.results.jsonl.tmp<pid>`), leads outside.
+COLLECTED = ("results.csv", "results.jsonl", "systems", "tensorboard")
+REPORTED = (*COLLECTED, "report.md", "report.html")
+PLANTED = "not the kit's: planted outside the results folder\n"
 HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "<script>alert(1)</script>",
                 "<img src=x onerror=alert(1)>", "a\nb", "it's \"quoted\"", "\u202eevil", "\x00nul"]  # fmt: skip
 
@@ -111,10 +117,26 @@ class Case:
     kind: str = ""
     # What the session measured before it was broken (cell id: figure), where that must survive.
     measured: dict[str, float | None] = field(default_factory=dict)
+    # Links planted where the kit writes (`planted`): the folder outside they lead to, as it was made.
+    outside: Path | None = None
+    outside_was: dict[str, str] = field(default_factory=dict)
 
     @property
     def in_run(self) -> bool:
         return self.path.name in RUN_FILES or self.path.parent.parent.name == "runs"
+
+
+def as_it_stands(folder: Path) -> dict[str, str]:
+    """Every file and folder under `folder`, with each file's text: what a planted link leads to, to be
+    found the same after the kit wrote beside the links."""
+    return {
+        str(p.relative_to(folder)): p.read_text() if p.is_file() else "/" for p in sorted(folder.rglob("*"))
+    }
+
+
+def links_left(case: Case, names: tuple[str, ...]) -> list[str]:
+    """Which of a session's own files or folders `names` are still links (the kit wrote them all)."""
+    return [name for name in names if (case.folder / name).is_symlink()]
 
 
 def _json(path: Path) -> Any:
@@ -245,6 +267,36 @@ class Breaker:
             path.symlink_to(self.outside / "nothing-here")
         return Case(folder, path, f"{path.name}: a {how} link")
 
+    def planted(self) -> Case:
+        """No damage to read: links planted where the kit writes, at the temporary names its writer once
+        chose (`.results.jsonl.tmp<pid>`, the pid this process's: the fuzz runs the kit in it) and at
+        the session's own files' and folders' names, each to a file or folder outside. The kit must
+        write none of them through: what they lead to stays as it was, and its files are its own."""
+        folder = self._copy()
+        outside = self.outside / f"{folder.name}-planted"
+        outside.mkdir()
+        where = self.rng.choice([("temporary",), ("own",), ("temporary", "own")])
+        if "temporary" in where:
+            for name in ("results.jsonl", "results.csv", "report.md", "report.html"):
+                (outside / f"tmp-{name}").write_text(PLANTED)
+                (folder / f".{name}.tmp{os.getpid()}").symlink_to(outside / f"tmp-{name}")
+        if "own" in where:
+            # results.jsonl is read before it is written (history, compare): its link out is the `link` kind.
+            for name in ("results.csv", "report.md", "report.html"):
+                (folder / name).unlink(missing_ok=True)
+                (outside / name).write_text(PLANTED)
+                (folder / name).symlink_to(outside / name)
+            for name in ("systems", "tensorboard"):
+                shutil.rmtree(folder / name, ignore_errors=True)
+                (outside / name).mkdir()
+                (outside / name / "keep").write_text(PLANTED)
+                (folder / name).symlink_to(outside / name, target_is_directory=True)
+        how = " and ".join(
+            {"temporary": "the writer's temporary names", "own": "its own files' names"}[w] for w in where
+        )
+        return Case(folder, folder, f"links planted at {how}", "written inside", outside=outside,
+                    outside_was=as_it_stands(outside))  # fmt: skip
+
     def not_finite(self) -> Case:
         folder = self._copy()
         path = self._target(folder, ("results.jsonl", "summary.json"))
@@ -360,8 +412,8 @@ class Breaker:
                   "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
                   "too large": lambda: self.too_large(limit)}  # fmt: skip
         # Kinds added since: made after the others, so that a seed gives the cases it gave before, and
-        # each a few times (a session without runs/, a cell's run directory removed).
-        later = {"missing runs": self.missing_runs, "no time": self.no_time}
+        # each a few times (a session without runs/, a cell's run directory removed, links planted where the kit writes).
+        later = {"missing runs": self.missing_runs, "no time": self.no_time, "planted": self.planted}
         # Every kind at least once, then at random (types and bytes twice as often: the most ways to go wrong).
         kinds = [
             *makers,

@@ -329,12 +329,12 @@ class SlurmRuntime(Runtime):
         write_run_dir_inputs(cell, profile, run_dir)
         if profile.launcher == "torchrun":
             wrapper = run_dir / rundirs.FILES["rank_binding"]
-            wrapper.write_text(render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile))
-            wrapper.chmod(0o755)
-        script = run_dir / rundirs.FILES["sbatch"]
-        script.write_text(self.job_script(cell, profile, run_dir))
-        script.chmod(0o755)
-        return script
+            files.write_text(
+                wrapper, render(JOBS, "bind-rank.sh.j2", cell=cell, profile=profile), files.SCRIPT_MODE
+            )
+        return files.write_text(
+            run_dir / rundirs.FILES["sbatch"], self.job_script(cell, profile, run_dir), files.SCRIPT_MODE
+        )
 
     def start(self, cell: Cell, run_dir: Path, profile: Profile) -> Handle:
         script = self.prepare(cell, run_dir, profile)

@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -222,8 +223,9 @@ def _written(folder: Path, draw: Callable[[], list[bytes]]) -> list[Path]:
     into place together) or writes one; two runs writing at once each finish, the first rename wins."""
     if not folder.is_dir():
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = folder.with_name(f".{folder.name}.{os.getpid()}")
-        staging.mkdir(exist_ok=True)
+        # A folder of this run's own (mkdtemp: a name nobody could have planted a link at beforehand).
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        staging.chmod(0o755)
         for index, data in enumerate(draw()):
             (staging / f"{index:06d}.JPEG").write_bytes(data)
         try:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from reprokit_trainers.common.record.ownfiles import open_own
+
 TOKEN = ":::MLLOG"
 POINT, START, END = "POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"
 
@@ -51,7 +53,7 @@ class MlLog:
     """Appends lines to one file, flushed each time: a run killed mid-way keeps what it logged."""
 
     def __init__(self, path: Path) -> None:
-        self._file: TextIO | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- open for the run
+        self._file: TextIO | None = open_own(path, append=True)  # open for the run
         self.run_started = False
         self.block_open_at: tuple[int, float] | None = None  # (samples_count, time_ms) of the open block
 

@@ -26,7 +26,6 @@ profiling.py).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -53,6 +52,7 @@ from reprokit_trainers.common.record.contract import (
     THROUGHPUT_FIELDS,
 )
 from reprokit_trainers.common.record.mllog import END, START, MlLog, wall_ms
+from reprokit_trainers.common.record.ownfiles import open_own, own_dir, write_json_atomic
 
 # summary.json's fields, typed (reprokit_trainers/summary.schema.json): what write_summary checks.
 SUMMARY_SCHEMA: dict[str, Any] = summaryschema.load()
@@ -76,23 +76,6 @@ def check_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def now_iso() -> str:
     """Local time with its offset, to the millisecond: wall times of sub-second runs stay non-zero."""
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON so that a reader sees either nothing or the whole file, never half of it."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk or a read-only folder: no half-written temporary file left behind.
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _version(dist: str) -> str | None:
@@ -158,7 +141,7 @@ class RunDir:
         self._mllog: MlLog | None = None
         if self.main:
             self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / FILES["tensorboard"]).mkdir(exist_ok=True)
+            own_dir(self.path / FILES["tensorboard"])
             self._mllog = MlLog(self.path / FILES["mllog"])
             self._mllog.event("init_start", event_type=START)
             cell = self.cell()
@@ -252,7 +235,8 @@ class RunDir:
             **shares,
         }
         if self._writer is None:
-            self._csv = open(self.path / FILES["throughput"], "w", newline="")  # noqa: SIM115 -- kept open across steps, closed in write_summary
+            # Kept open across steps, closed in write_summary.
+            self._csv = open_own(self.path / FILES["throughput"])
             self._writer = csv.DictWriter(self._csv, fieldnames=THROUGHPUT_FIELDS)
             self._writer.writeheader()
         self._writer.writerow(row)
