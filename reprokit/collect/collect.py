@@ -304,14 +304,10 @@ def read(session_dir: Path) -> Collected:
         skipped.append(unread)
     runs = keep.keep(_in_planned_order(found, planned), stored, session_dir)
     table = [
-        # A folder name that is not UTF-8 is written escaped (results.csv and .jsonl hold text). A kept row is its series' row as stored: its repeats and figures are those of every run.
+        # A kept row is its series' row as stored: its repeats and figures are those of every run.
         replace(series[0], session=_name(session_dir))
         if series[0].kept
-        else replace(
-            repeats.kept(series),
-            **repeats.summary(series),
-            session=_name(session_dir),
-        )
+        else replace(repeats.kept(series), **repeats.summary(series), session=_name(session_dir))
         for series in repeats.series(runs)
     ]
     speedups, efficiency = ratios.speedups(table), ratios.scaling_efficiency(table)
