@@ -169,6 +169,18 @@ def test_repeated_runs_give_median_and_spread_and_the_verdict_uses_the_median(tm
     (jsonl,) = [json.loads(line) for line in (session / "results.jsonl").read_text().splitlines()]
     assert [r["cell_id"] for r in jsonl["repetitions"]] == ["fake--v--r1", "fake--v--r2", "fake--v--r3"]
     assert "(median of 3, 100.00 to 100.00)" in (session / "report.md").read_text()
+    # Exported as one MLflow run with the median (it was left out: a series' row has no run directory).
+    mlflow = pytest.importorskip("mlflow.tracking")
+    exported = run_inv("export-results", str(session))
+    assert exported.returncode == 0 and exported.stdout.startswith("2 runs logged"), exported.stdout
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{results.resolve() / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("reprokit")
+    runs = {r.data.tags["reprokit.cell"]: r for r in client.search_runs([experiment.experiment_id])}
+    series = runs["fake--v"]
+    assert series.data.metrics["result.measured"] == 100.0 and series.data.params["arg.fake_rate"] == "100"
+    assert series.data.tags["reprokit.repeats"] == "3"
+    assert series.data.tags["reprokit.runs"] == "fake--v--r1,fake--v--r2,fake--v--r3"
+    assert client.get_metric_history(series.info.run_id, "samples_per_second")
 
 
 def test_an_mlflow_export_is_read_back_by_mlflows_own_client(two_sessions):

@@ -147,3 +147,19 @@ def test_a_report_of_a_session_whose_results_jsonl_is_a_folder_is_one_line_and_w
         "move it away, then run this again"
     )
     assert (session / "results.csv").read_bytes() == kept and not (session / "report.md").exists()
+
+
+def test_an_export_of_a_session_without_its_runs_logs_each_kept_row_with_its_stored_figure(results, capsys):
+    mlflow = pytest.importorskip("mlflow.tracking")
+    session = results / "s"
+    shutil.rmtree(session / "runs")
+    result_tasks.export_results(Context(), "s", results=str(results))
+    out, err = capsys.readouterr()
+    assert out.startswith("3 runs logged"), out
+    said = [text for text in err.splitlines() if text.startswith("kept: ")]  # MLflow logs its own lines
+    assert said == [f"kept: {c}: runs/ is gone: {KEPT}" for c in CELLS]
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{results.resolve() / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("reprokit")
+    runs = {r.data.tags["reprokit.cell"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert {c: runs[c].data.metrics["result.measured"] for c in CELLS} == {CELLS[0]: 43.0, CELLS[1]: 74.0}
+    assert {runs[c].data.tags["reprokit.kept"] for c in CELLS} == {f"runs/ is gone: {KEPT}"}

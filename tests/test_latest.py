@@ -71,6 +71,30 @@ def test_a_session_that_recorded_no_time_is_left_out_of_latest_and_history_and_r
     assert "A = b, B = loose" in capsys.readouterr().out  # by name
 
 
+def test_a_run_from_a_kit_that_recorded_no_start_is_not_placed_by_its_files_mtime(tmp_path, capsys):
+    results = tmp_path / "results"
+    write_session(results / "a", "2025-01-01T10:00:00+00:00")
+    write_session(results / "b", "2025-01-02T10:00:00+00:00")
+    loose = write_session(results / "loose", "2025-01-03T10:00:00+00:00", rate=2.0, collect=False)
+    stored = json.loads((loose / "session.json").read_text())
+    del stored["created_at"]
+    (loose / "session.json").write_text(json.dumps(stored))
+    for cell in CELLS:  # an older trainer's files: no start of its own in either
+        for name in ("sysinfo.json", "summary.json"):
+            found = json.loads((loose / "runs" / cell / name).read_text())
+            found.pop("started_at", None)
+            (loose / "runs" / cell / name).write_text(json.dumps(found))
+            os.utime(loose / "runs" / cell / name, (4_000_000_000, 4_000_000_000))  # copied, unpacked
+    collect.collect(loose)
+    assert {r["started_at"] for r in map(json.loads, (loose / "results.jsonl").read_text().splitlines())} == {
+        None
+    }  # before: the files' mtime, which then placed the session last
+    capsys.readouterr()
+    result_tasks.compare(Context(), results=str(results), noise="5")
+    out, err = capsys.readouterr()
+    assert "A = a, B = b" in out and err.splitlines() == [f"skipped: {loose}: {results_folder.UNPLACED}"]
+
+
 @pytest.mark.parametrize("damage", ["a folder", "not JSON", "nested 100,000 deep"])
 def test_every_command_that_takes_latest_passes_over_a_session_whose_results_cannot_be_read(
     tmp_path, capsys, damage

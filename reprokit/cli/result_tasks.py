@@ -222,7 +222,10 @@ def compare(
 @friendly
 def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
     """Log a session into MLflow: a run per cell with its parameters, per-step samples/s and loss, its
-    numbers and provenance, under one run per session carrying the report."""
+    numbers and provenance, under one run per session carrying the report. A repeated cell is one run
+    with the median of its runs (tagged reprokit.repeats and reprokit.runs; the curves of the run its row
+    keeps); a row kept from the last collect (its run directory gone or unreadable) logs its stored
+    numbers, tagged reprokit.kept with why."""
     if to != "mlflow":
         raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
     from reprokit.report import export_mlflow
@@ -232,7 +235,7 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
         export_mlflow.check_uri(tracking_uri)
     export_mlflow.check_extra(tracking_uri)
     done = export_mlflow.export(_session(session, results), tracking_uri)
-    say_skipped(done.skipped)
+    say_skipped(done.skipped, done.table)
     notes = []
     if done.rolled_back:
         notes.append(f"{done.rolled_back} unfinished run(s) of an interrupted export deleted and made again")

@@ -12,7 +12,6 @@ made from these records (judge/verdicts.py).
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -256,18 +255,6 @@ def _read(model: type[Record], path: Path, root: Path | None) -> Any:
     return bounded.checked(model, raw, path)
 
 
-def _mtime(path: Path) -> str | None:
-    try:
-        stamp = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
-        return (
-            stamp.astimezone().isoformat(timespec="milliseconds")
-            if bounded.EARLIEST <= stamp <= bounded.LATEST
-            else None
-        )
-    except (OSError, OverflowError, ValueError):
-        return None
-
-
 def _status(run_dir: Path, summary: Summary | None) -> str:
     if summary is not None:
         return str(summary.status or "unknown")
@@ -302,14 +289,9 @@ def read(run_dir: Path, root: Path | None = None) -> RunRecord:
     if summary is not None:
         for key in ("finished_at", "started_at"):
             bounded.time_of(getattr(summary, key, None), run_dir / FILES["summary"], key)
-    # When the trainer started: its own clock (sysinfo.json, written first thing), else the file's
-    # mtime (runs from before the field existed), else when the host launched the cell.
-    started = (
-        sysinfo.started_at
-        or (getattr(summary, "started_at", None) if summary else None)
-        or _mtime(run_dir / FILES["sysinfo"])
-        or _mtime(run_dir / FILES["cell"])
-    )
+    # When the trainer started, by its own clock (sysinfo.json, written first thing; else its summary):
+    # never a file's mtime, which a copy, an unpack or a touch sets (a session is placed in time by it).
+    started = sysinfo.started_at or (getattr(summary, "started_at", None) if summary else None)
     status = _status(run_dir, summary)
     left_out = _finite(summary, run_dir / FILES["summary"]) if summary is not None else []
     return RunRecord(

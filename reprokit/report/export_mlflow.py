@@ -253,6 +253,11 @@ def _tags(row: Row, session: str) -> dict[str, str]:
         "reprokit.cell": str(row.cell_id),
         "reprokit.verdict": str(row.verdict),
     }
+    if len(row.repetitions) > 1:  # a series: its numbers are the median of these runs
+        tags["reprokit.repeats"] = str(row.repeats)
+        tags["reprokit.runs"] = ",".join(str(r.get("cell_id")) for r in row.repetitions)
+    if row.kept is not None:  # not read again from its run directory: why
+        tags["reprokit.kept"] = row.kept
     tags.update({_key(f"provenance.{k}"): str(v) for k, v in row.provenance.items() if v is not None})
     return {k: v[:TAG_LIMIT] for k, v in tags.items()}
 
@@ -305,6 +310,8 @@ class Exported:
     rolled_back: int = 0
     # What was not read nor logged (a file the kit will not read, a link out of the results folder).
     skipped: list[Malformed] = field(default_factory=list)
+    # The session's rows as collect read them (those kept from the last collect say why: Row.kept).
+    table: list[Row] = field(default_factory=list)
 
 
 def _store(session_dir: Path, tracking_uri: str | None) -> tuple[str, str | None]:
@@ -329,7 +336,7 @@ def export(session_dir: Path, tracking_uri: str | None = None) -> Exported:
     check_extra(uri)
     check_server(uri)
     read = collect.read(session_dir)  # read, not written: the folder may be read-only
-    found = Exported(uri, skipped=read.skipped)
+    found = Exported(uri, skipped=read.skipped, table=read.rows)
     from mlflow.exceptions import MlflowException
 
     with writelock.held(_lock_file(uri), "an MLflow export"):
@@ -391,15 +398,9 @@ def _export(session_dir: Path, table: list[Row], uri: str, artifacts: str | None
             client.set_terminated(parent.info.run_id)
         found.made.append(parent.info.run_id)
     for row in table:
-        if row.cell_id in existing or not row.run_dir:
+        if row.cell_id in existing:
             continue
-        run_dir = session_dir / sessions.RUNS / row.run_dir
-        try:
-            cell = bounded.json_object(run_dir / rundirs.FILES["cell"], root) or {}
-            curves = rundirs.curves(run_dir, STEP_METRICS, root)
-        except Malformed as exc:
-            found.skipped.append(exc)
-            cell, curves = {}, {}
+        cell, curves = _run_files(session_dir, row, found)
         tags = {**_tags(row, session), "mlflow.parentRunId": parent.info.run_id, **owner}
         if row.kit_revision:
             tags[GIT_COMMIT] = row.kit_revision
@@ -412,6 +413,39 @@ def _export(session_dir: Path, table: list[Row], uri: str, artifacts: str | None
             # Last: a terminated run is a complete one (an interrupted export leaves it RUNNING).
             client.set_terminated(run_id, status="FINISHED" if row.status == "ok" else "FAILED")
         found.made.append(run_id)
+
+
+def _source(row: Row) -> str | None:
+    """The run directory whose cell.json and throughput.csv a row's MLflow run takes: its own, or for a
+    series of repeated runs (a row of no run directory) the run its row keeps (repeats.kept: the first
+    that measured, else the first); none for a row kept from the last collect (its runs are gone or
+    unreadable: its numbers are the stored row's)."""
+    if row.kept is not None:
+        return None
+    if row.run_dir:
+        return row.run_dir
+    ran = [r for r in row.repetitions if r.get("cell_id")]
+    done = [r for r in ran if r.get("status") == "ok" and r.get("measured") is not None]
+    return str((done or ran)[0]["cell_id"]) if ran else None
+
+
+def _run_files(session_dir: Path, row: Row, found: Exported) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row's cell.json and per-step curves from its source run directory; none for a row that has
+    none (a kept row: its stored numbers are logged, without curves), and what could not be read is
+    added to `found.skipped`."""
+    source = _source(row)
+    if source is None:
+        return {}, {}
+    run_dir = session_dir / sessions.RUNS / source
+    root = session_dir.parent
+    try:
+        return (
+            bounded.json_object(run_dir / rundirs.FILES["cell"], root) or {},
+            rundirs.curves(run_dir, STEP_METRICS, root),
+        )
+    except Malformed as exc:
+        found.skipped.append(exc)
+        return {}, {}
 
 
 @contextlib.contextmanager
