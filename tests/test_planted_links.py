@@ -215,6 +215,25 @@ def test_a_resumed_cell_whose_run_directory_links_out_reruns_in_its_own_and_clea
         assert not (runs / cell).is_symlink() and (runs / cell / "summary.json").is_file(), cell
 
 
+def test_a_resumed_session_whose_runs_folder_is_a_link_is_refused_before_any_cell_runs(tmp_path, monkeypatch):
+    from reprokit.contract.errors import ReprokitError
+    from reprokit.plan.request import Request
+    from reprokit.run import session, supervise
+    from reprokit.run.placement import plan
+    from tests.fakes import FAKES, fake_recipe
+
+    monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(FAKES.parent))
+    recipe = fake_recipe(tmp_path / "r.yaml", [{"name": "a", "args": {"fake_rate": 5}}])
+    the_plan = plan(Request(recipes=[str(recipe)], accelerator="cpu", scale="smoke", runtime="local"))
+    session_dir = session.new_dir(str(tmp_path / "results"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (session_dir / sessions.RUNS).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ReprokitError, match=r"runs is a link to .*outside: a session's runs are written"):
+        supervise.run_cells(the_plan, session_dir, resume=True, report_line=lambda cell, outcome: None)
+    assert list(outside.iterdir()) == []  # before: the cell ran there, outside the results folder
+
+
 def test_the_machine_lock_is_never_taken_through_a_link_planted_at_its_name(tmp_path, monkeypatch):
     from reprokit.run import machinelock
 

@@ -11,6 +11,7 @@ and the errno, and stops the session: every next cell would fail the same way.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import threading
@@ -24,7 +25,8 @@ from rich.markup import escape
 
 from reprokit.contract import files, rundirs, sessions
 from reprokit.contract.console import console
-from reprokit.contract.errors import StartFailed
+from reprokit.contract.errors import ReprokitError, StartFailed
+from reprokit.contract.textsafe import line
 from reprokit.plan import accelerators
 from reprokit.plan.cells import Cell
 from reprokit.plan.planner import Plan
@@ -171,6 +173,14 @@ def run_cells(
     profile = accelerators.get(the_plan.accelerator)
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
     runs = session_dir.resolve() / sessions.RUNS
+    if runs.is_symlink():
+        # Written through, it would put this session's runs in another folder (another session's, a place
+        # outside the results folder, which no reader of results follows): refused before any cell runs.
+        raise ReprokitError(
+            f"{line(runs)} is a link to {line(os.path.realpath(runs))}: a session's runs are written in its "
+            f"own folder only; move them back (rm {line(runs)}; mv {line(os.path.realpath(runs))} "
+            f"{line(runs)}) and run it again"
+        )
     outcomes: dict[str, dict] = {}
     with _terminate_like_ctrl_c(), MatrixProgress(console, len(the_plan.cells)) as bars:
         # Cells on this machine: one session at a time (a Slurm job's run.sh locks its node instead).
