@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from invoke import Context, Exit
@@ -312,6 +313,20 @@ def test_a_session_folder_that_links_out_is_refused_and_nothing_is_written_besid
         )
     assert sorted(os.listdir(elsewhere)) == ["a"] and not (elsewhere / "a" / "report.md").exists()
     assert not (results / "mlflow.db").exists()
+
+
+def test_a_session_folder_named_in_bytes_that_are_not_utf8_is_refused_by_collect_and_report_in_one_line(
+    results,
+):
+    # results.csv and results.jsonl name the session in UTF-8: the collect wrote nothing and ended in a
+    # UnicodeEncodeError traceback. history skips such a folder with the same reason.
+    folder = write_session(Path(os.fsdecode(os.fsencode(results) + b"/bad\xff")), "2025-01-03T10:00:00+00:00",
+                           collect=False)  # fmt: skip
+    for task in (result_tasks.collect, result_tasks.report):
+        with pytest.raises(Exit) as refused:
+            task(Context(), os.fsdecode(folder.name), results=str(results))
+        assert refused.value.message == f"reprokit: {results}/bad\\xff: its folder name is not UTF-8"
+    assert not (folder / "results.jsonl").exists()
 
 
 # --- 9. text for the terminal, Markdown and rich ------------------------------------------------------

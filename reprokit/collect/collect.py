@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.collect import explain, systemdesc
+from reprokit.collect import explain, results_folder, systemdesc
 from reprokit.contract import bounded, files, records, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
@@ -289,6 +289,8 @@ def collect(session_dir: Path) -> Collected:
     collect started beside this one waits)."""
     if not session_dir.is_dir():
         raise ReprokitError(f"session folder {session_dir} does not exist")
+    if results_folder.printable(session_dir.name) != session_dir.name:  # results.jsonl names it, in UTF-8
+        raise Malformed(session_dir, "its folder name is not UTF-8")
     with writelock.session(session_dir, "a collect"):
         found = read(session_dir)
         table = found.rows
