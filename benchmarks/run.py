@@ -12,7 +12,8 @@ Prints a table and writes benchmarks/results/<suite>.csv. The CPU suite measures
 - the trainers' meter on and off on a real small training loop (meter.py): the ratio of samples
   per second with it and without, which must be within 1%; and the same on a DDP run of two CPU
   processes and 48 gradient buckets, beside a per-bucket Python communication hook's cost.
-- `inv history` over 100, 1,000 and 5,000 sessions of a results folder (history.py);
+- `inv history` over 100, 1,000 and 5,000 sessions of a results folder, and over the 1,000 with one
+  device named in a million characters (history.py);
 - the MLflow export of a 1,000-step run into SQLite (mlflow_export.py), which must take under 3 s.
 
 It also counts the FLOPs of one training sample of each benchmarked model (each trainer's own
@@ -381,7 +382,7 @@ def _history() -> None:
     for r in rows:
         limit = f" (table limit {r['limit_s']:.0f} s: {r['within']})" if r["limit_s"] != "" else ""
         print(
-            f"history: {r['sessions']:,} sessions: table in {r['table_s']:.2f} s, with history.html and its plots "
+            f"{r['name']}: table in {r['table_s']:.2f} s, with history.html and its plots "
             f"{r['with_plots_s']:.2f} s, peak {r['peak_rss_mib']:.0f} MiB{limit}"
         )
 

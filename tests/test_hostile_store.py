@@ -340,6 +340,18 @@ def test_a_session_folder_that_links_out_is_refused_and_nothing_is_written_besid
     assert not (results / "mlflow.db").exists()
 
 
+def test_a_session_folder_named_in_bytes_that_are_not_utf8_reports_with_its_name_escaped(results, capsys):
+    # The pages name the session (title, paths, the resume hint) in UTF-8: before, report.md ended in a
+    # UnicodeEncodeError traceback.
+    folder = write_session(Path(os.fsdecode(os.fsencode(results) + b"/bad\xff")), "2025-01-03T10:00:00+00:00",
+                           collect=False)  # fmt: skip
+    result_tasks.report(Context(), os.fsdecode(folder.name), results=str(results))
+    assert "bridgetower--workers0" in capsys.readouterr().out
+    # The byte shown as its escape: in Markdown with its backslash escaped, as Markdown shows one.
+    for page, shown in (("report.md", "bad\\\\xff"), ("report.html", "bad\\xff")):
+        assert shown in (folder / page).read_text(encoding="utf-8"), page
+
+
 # --- 9. text for the terminal, Markdown and rich ------------------------------------------------------
 
 
@@ -384,3 +396,93 @@ def test_a_recipes_words_reach_the_terminal_as_text(tmp_path, capsys):
     out = capsys.readouterr().out
     assert ESC not in out
     assert "Hostile\\x1b]0;owned\\x1b\\ recipe\\x1b[2J" in out and "note: beware\\x1b[31m" in out
+
+
+# --- 10. long text, and controls on pages ---------------------------------------------------------------
+
+LONG = 500_000
+TITLE = f"{ESC}]0;TITLE\x07"  # sets a terminal window's title
+DEVICE, HOST, CELL = (
+    f"{word}{TITLE}" + letter * LONG for word, letter in (("GPU", "d"), ("host", "h"), ("cell", "c"))
+)
+
+
+@pytest.fixture(scope="module")
+def long_names(tmp_path_factory):
+    """Two sessions; in the second, a device, a host and a cell id of 500,000 characters, each with a window
+    title sequence in it (the run files within their size bound: 16 MiB)."""
+    results = tmp_path_factory.mktemp("long") / "results"
+    write_session(results / "a", "2025-01-01T10:00:00+00:00")
+    b = write_session(results / "b", "2025-01-02T10:00:00+00:00", rate=1.01, collect=False)
+    for cell in CELLS:
+        edit_json(b / "runs" / cell / "sysinfo.json", {"device_name": DEVICE, "hostname": HOST})
+    edit_json(b / "runs" / CELLS[1] / "cell.json", {"cell_id": CELL, "series_id": CELL})
+    collect.collect(b)
+    return results
+
+
+def _shown_cut(*outputs: str) -> None:
+    """No output shows more of the long names than a name's bound, nor their control characters."""
+    from reprokit.contract.textsafe import NAME
+
+    for said in outputs:
+        assert not any(letter * (NAME + 1) in said for letter in "dhc")
+        assert ESC not in said and "\x07" not in said
+
+
+def test_a_report_shows_names_of_500000_characters_cut_and_results_jsonl_keeps_them_whole(long_names, capsys):
+    session = long_names / "b"
+    result_tasks.report(Context(), "b", results=str(long_names))
+    out = capsys.readouterr().out
+    md, html = (session / "report.md").read_text(), (session / "report.html").read_text()
+    _shown_cut(out, md, html)
+    # Cut where shown, saying how long it was (before: a 10.9 MB report.html, a 6 MB plot, 98 s, 6.4 GB).
+    assert "GPU\\x1b]0;TITLE\\x07ddd" in html and f"… ({len(DEVICE):,} characters)" in html
+    assert len(html) < 300_000 and len(md) < 30_000
+    assert all(png.stat().st_size < 200_000 for png in session.glob("*.png"))
+    assert len(out) < 20_000 and max(len(text) for text in out.splitlines()) <= 140  # its table, 140 wide
+    rows = {r["series_id"]: r for r in map(json.loads, (session / "results.jsonl").read_text().splitlines())}
+    assert rows[CELL]["cell_id"] == CELL and rows[CELL]["device_name"] == DEVICE
+    assert rows[CELLS[0]]["provenance"]["hostname"] == HOST
+
+
+def test_history_shows_names_of_500000_characters_cut_and_its_json_keeps_them_whole(long_names, capsys):
+    result_tasks.history(Context(), "all", results=str(long_names))
+    out = capsys.readouterr().out
+    page = (long_names / "history.html").read_text()
+    _shown_cut(out, page)
+    assert len(page) < 300_000 and len(out) < 20_000 and max(len(text) for text in out.splitlines()) < 600
+    result_tasks.history(Context(), "all", results=str(long_names), json_=True)
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {r["cell_id"] for r in rows if r["session"] == "b"} == {CELLS[0], CELL}
+    assert {(r["device_name"], r["host"]) for r in rows if r["session"] == "b"} == {(DEVICE, HOST)}
+
+
+def test_compare_shows_names_of_500000_characters_cut_and_its_json_keeps_them_whole(long_names, capsys):
+    result_tasks.compare(Context(), results=str(long_names), noise="5")
+    out = capsys.readouterr().out
+    _shown_cut(out)
+    # Folded into its column, the name was 6 MB of table (and `Changed for every cell` did not finish).
+    assert "only in B" in out and len(out) < 20_000 and max(len(text) for text in out.splitlines()) <= 200
+    result_tasks.compare(Context(), results=str(long_names), noise="5", json_=True)
+    cells = {c["cell_id"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert CELL in cells
+    assert cells[CELLS[0]]["changed"]["device_name"] == ["NVIDIA H100 80GB HBM3", DEVICE]
+    assert cells[CELLS[0]]["changed"]["machine"] == ["node-a", HOST]
+
+
+def test_a_device_or_folder_name_that_retitles_a_terminal_reaches_no_page_raw(results, capsys):
+    folder = write_session(results / f"c{TITLE}", "2025-01-03T10:00:00+00:00", collect=False)
+    for cell in CELLS:
+        edit_json(
+            folder / "runs" / cell / "sysinfo.json", {"device_name": f"H100{TITLE}", "hostname": f"n{TITLE}"}
+        )
+    collect.collect(folder)
+    result_tasks.report(Context(), folder.name, results=str(results))
+    result_tasks.history(Context(), "all", results=str(results))
+    capsys.readouterr()
+    for page in (folder / "report.md", folder / "report.html", results / "history.html"):
+        text = page.read_text()
+        assert ESC not in text and "\x07" not in text, page.name
+    for page in (folder / "report.html", results / "history.html"):  # shown, as the terminal shows it
+        assert "\\x1b]0;TITLE\\x07" in page.read_text(), page.name

@@ -1,11 +1,12 @@
 """The store under a few hundred malformed sessions: beside two good ones, sessions broken one way each
 (types, depths, dates, encodings, links, numbers that are not finite, sizes, folder names, hostile
-text, run directories gone, no time recorded, hostile spreads, links planted where the kit writes:
-tests/fakes/malformed.py), generated from a seed, no trainer run. history, compare, report, collect and
-export always finish, show the good sessions, and name every bad one; a report or collect of a session
-whose run directories are gone keeps every row it measured; no control character reaches the terminal,
-and nothing is written through a planted link; compare and its gate never call a range no runs could
-give `same` or `improved`. The kit is called in-process (seconds on two cores); one run of
+text, run directories gone, no time recorded, hostile spreads, links planted where the kit writes, names
+of hundreds of thousands of characters: tests/fakes/malformed.py), generated from a seed, no trainer run.
+history, compare, report, collect and export always finish, show the good sessions, and name every bad
+one; a report or collect of a session whose run directories are gone keeps every row it measured; no
+control character reaches the terminal or a page, no output shows more of a name than its bound, and
+nothing is written through a planted link; compare and its gate never call a range no runs could give
+`same` or `improved`. The kit is called in-process (seconds on two cores); one run of
 `inv history` as a user runs it checks that no traceback reaches them."""
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from reprokit import schemas
 from reprokit.cli import result_tasks
 from reprokit.collect import collect, results_folder
 from reprokit.contract import bounded
-from reprokit.contract.textsafe import line
+from reprokit.contract.textsafe import NAME, line
 from tests.conftest import run_inv
 from tests.fakes.malformed import (
     COLLECTED,
     HOSTILE_SPREADS,
+    LONG_LETTER,
     REPORTED,
     Breaker,
     Case,
@@ -51,6 +53,11 @@ def _call(task, *args, **kwargs) -> str:
         assert stopped.code != 0 and "\n" not in (stopped.message or ""), stopped.message
         return stopped.message or ""
     return ""
+
+
+def _bounded(*outputs: str) -> bool:
+    """Whether no output shows more of a long name than a name's bound (textsafe.NAME), nor a control."""
+    return not any(LONG_LETTER * (NAME + 1) in said or "\x1b" in said or "\x07" in said for said in outputs)
 
 
 def _names(case: Case, said: str) -> bool:
@@ -95,6 +102,7 @@ def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzze
     placing = f": {results_folder.UNPLACED}"
     assert [c.how for c in unplaced if f"skipped: {_shown(c.folder)}{placing}" not in err] == []
     assert len(err.splitlines()) == len(session_level) + len(unplaced)  # a line for each, and nothing else
+    assert _bounded(out, err, (results / "history.html").read_text())
     said = _call(result_tasks.compare, results=str(results), noise="5")
     out = capsys.readouterr().out
     assert said == "" and "A = a, B = b" in out
@@ -105,6 +113,12 @@ def test_history_and_compare_show_the_good_sessions_and_name_every_bad_one(fuzze
     for case in unplaced:  # not placed in time, yet read by its name
         said = _call(result_tasks.compare, a="a", b=case.folder.name, results=str(results), noise="5")
         assert said == "" and f"B = {case.folder.name}" in capsys.readouterr().out, case.how
+    for case in [c for c in cases if c.expect == "bounded"]:
+        said = _call(
+            result_tasks.compare, a="a", b=os.fsdecode(case.folder.name), results=str(results), noise="5"
+        )
+        out, err = capsys.readouterr()
+        assert said == "" and _bounded(out, err), case.how
     assert "\x1b" not in out + err
 
 
@@ -143,7 +157,7 @@ def test_collect_finishes_on_every_session_and_names_every_bad_file(fuzzed, caps
             cell = case.path.parent.name
             (row,) = [r for r in collect.rows(case.folder) if r.cell_id == cell]
             assert row.verdict == "not comparable" and "throughput not " in row.verdict_reasons, case.how
-        elif case.expect in ("tolerated", "shown", "unplaced"):
+        elif case.expect in ("tolerated", "shown", "unplaced", "bounded"):
             assert " cells -> " in said and "skipped:" not in said, (case.how, said)
         elif case.expect == "kept":  # every measured row survives, and says why it was not read again
             assert case.measured and _measured(case) == case.measured, case.how
@@ -181,12 +195,16 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
         "missing runs",
         "no time",
         "planted",
+        "large strings",
     }
     # Every broken throughput.csv too: the report is what reads it (an export of each kind is enough).
     curves = [c for c in cases if c.path.name == "throughput.csv" and c not in sample]
-    for case in [*sample, *curves]:
+    # A long device, host and cell id in the run files (results.jsonl's are history's and compare's).
+    named = {c.how.split()[0]: c for c in cases if c.expect == "bounded" and c.path.name != "results.jsonl"}
+    more = [*curves, *(c for c in named.values() if c not in sample)]
+    for case in [*sample, *more]:
         name = os.fsdecode(case.folder.name)
-        for task in (result_tasks.report, result_tasks.export_results)[: 1 if case in curves else 2]:
+        for task in (result_tasks.report, result_tasks.export_results)[: 1 if case in more else 2]:
             said = _call(task, name, results=str(results))
             out, err = capsys.readouterr()
             said += out + err
@@ -197,6 +215,9 @@ def test_report_and_export_finish_on_a_session_of_every_kind_and_name_what_they_
                 assert _measured(case) == case.measured, (task.name, case.how)
             if case.expect == "written inside":
                 _wrote_nothing_through_a_link(case, REPORTED if task is result_tasks.report else COLLECTED)
+        if case.expect == "bounded":
+            pages = [(case.folder / name).read_text() for name in ("report.md", "report.html")]
+            assert _bounded(said, *pages), case.how
     for good in ("a", "b"):
         assert _call(result_tasks.report, good, results=str(results)) == ""
         assert "bridgetower--workers0" in capsys.readouterr().out

@@ -22,8 +22,8 @@ from reprokit.collect import machines, results_folder
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.records import THROUGHPUT
+from reprokit.contract.textsafe import NAME, markup, short
 from reprokit.contract.textsafe import line as markup_free
-from reprokit.contract.textsafe import markup
 from reprokit.judge.repeats import median
 from reprokit.judge.result_row import Row
 from reprokit.judge.verdicts import disturbances, not_a_rate
@@ -452,12 +452,12 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         ratio = "-" if x.ratio is None else f"{x.ratio:.3f}"
         verdict = x.verdict + (f" ({x.why})" if x.why else "")
         style = styles.get(x.verdict, "")
-        own = "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in x.changed.items() if k not in everywhere)
+        own = "; ".join(_change(k, old, new) for k, (old, new) in x.changed.items() if k not in everywhere)
         per_joule = "-" if x.energy_ratio is None else f"{x.energy_ratio:.3f} {x.energy_verdict}"
         # Every word from the sessions' files is text: never rich markup (`[/]`), never a control character.
         verdict = markup(verdict)
         view.add_row(
-            markup(x.cell_id), a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
+            markup(x.cell_id, NAME), a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
             *([per_joule] if energy else []), markup(own or "-"),
         )  # fmt: skip
     console = Console(width=200)
@@ -466,9 +466,15 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         console.print(
             markup(
                 "Changed for every cell: "
-                + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in everywhere.items())
+                + "; ".join(_change(k, old, new) for k, (old, new) in everywhere.items())
             )
         )
+
+
+def _change(key: str, old: Any, new: Any) -> str:
+    """`image_id: sha256:... -> sha256:...`: each name within its bound (--json has them whole; rich
+    folding a word of 500,000 characters into a column took minutes)."""
+    return f"{short(key, NAME)}: {short(old, NAME)} -> {short(new, NAME)}"
 
 
 def _per_device(row: Row | None) -> str:

@@ -1,12 +1,64 @@
 """A row's numbers and verdicts as the report, the terminal table and the benchmarks write them: `-`
-for nothing, thousands separated, ratios as `1.25x`, sizes in GiB."""
+for nothing, thousands separated, ratios as `1.25x`, sizes in GiB; its words within their bounds."""
 
 from __future__ import annotations
 
+import functools
+from dataclasses import fields, replace
 from typing import Any
 
+from reprokit.contract.textsafe import NAME, TEXT, short
 from reprokit.judge import verdicts
-from reprokit.judge.result_row import Row
+from reprokit.judge.result_row import LOCAL, Row
+
+# A row's words that are sentences (shown within TEXT); every other word of it is a name (within NAME).
+SENTENCES = ("reference_source", "normalization", "verdict_reasons", "quality_departures",
+             "speedup_verdict_reasons", "error", "energy", "trace", "data", "title")  # fmt: skip
+
+
+def _named(value: Any) -> Any:
+    return short(value, NAME) if isinstance(value, str) else value
+
+
+@functools.cache
+def _words() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Row's text fields (not the run directory's folder: the plots read its curves there), and its
+    fields of names by name (provenance, versions, ...), by their annotations (text in result_row.py)."""
+    text = tuple(f.name for f in fields(Row) if f.type in ("str | None", "str") and f.name not in LOCAL)
+    mappings = tuple(
+        f.name for f in fields(Row) if f.type.startswith("dict[str, ") and f.name != "measurements"
+    )
+    return text, mappings
+
+
+def shown(r: Row) -> Row:
+    """The row as a table, a plot or a page shows it: each name (a device, a cell id, a host, a version)
+    within NAME and each sentence within TEXT, a longer one cut and saying how long it was (textsafe.short);
+    results.csv, results.jsonl and the --json outputs keep the row whole. (A device named in 500,000
+    characters made a report take 98 s and 6.4 GB: drawn into a plot as wide as it, a 10.9 MB page.)"""
+    text, mappings = _words()
+    changed: dict[str, Any] = {
+        name: short(value, TEXT if name in SENTENCES else NAME)
+        for name in text
+        if isinstance(value := getattr(r, name), str) and len(value) > NAME
+    }
+    for name in mappings:
+        found = getattr(r, name)
+        if isinstance(found, dict) and any(
+            isinstance(v, str) and len(v) > NAME for v in (*found, *found.values())
+        ):
+            changed[name] = {_named(k): _named(v) for k, v in found.items()}
+    for name in ("assumptions", "log_tail"):
+        found = getattr(r, name)
+        if found and any(len(str(item)) > TEXT for item in found):
+            changed[name] = [short(item) for item in found]
+    references = [*r.references, *r.other_references]
+    if any(isinstance(ref.get("device"), str) and len(ref["device"]) > NAME for ref in references):
+        changed["references"] = [{**ref, "device": _named(ref.get("device"))} for ref in r.references]
+        changed["other_references"] = [
+            {**ref, "device": _named(ref.get("device"))} for ref in r.other_references
+        ]
+    return replace(r, **changed) if changed else r
 
 
 def number(value: Any, digits: int = 2) -> str:

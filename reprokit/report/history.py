@@ -18,6 +18,7 @@ from typing import Any
 from reprokit.collect import machines, results_folder
 from reprokit.contract import files, sessions
 from reprokit.contract.bounded import Malformed
+from reprokit.contract.textsafe import NAME, short
 from reprokit.contract.textsafe import line as one_line
 from reprokit.judge.result_row import Row
 from reprokit.report import page_blocks
@@ -136,7 +137,8 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     rows = [e.row for e in mine]
     # Every session at a smoke scale: the title says so (a second line); a mix: the legend does.
     unjudged = unjudged_scale(rows) if all(r.scale not in (None, "published") for r in rows) else None
-    heading = one_line(f"{cell_id} over sessions")  # controls shown, never drawn as boxes
+    # Controls shown, never drawn as boxes; each name within its bound (an image as wide as a label).
+    heading = one_line(f"{short(cell_id, NAME)} over sessions")
     title = titled(heading, rows) if unjudged else heading
     height = 3.6 + 0.22 * legend_rows + (0.2 if unjudged else 0.0)
     fig = Figure(figsize=(8, height), dpi=DPI)
@@ -149,7 +151,8 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
         xs = [e.session_started for e in points]
         ys = [e.row.measured_per_device for e in points]
         unjudged = scale != "published"
-        label = one_line(f"{device} on {machine}") + (f" ({scale} scale)" if unjudged else "")
+        label = one_line(f"{short(device, NAME)} on {short(machine, NAME)}")
+        label += f" ({one_line(short(scale, NAME))} scale)" if unjudged else ""
         # Thousands of sessions read as a band of points; a line through them would be a scribble.
         style = (
             {"linestyle": "none", "markersize": 2, "alpha": 0.6}
@@ -177,7 +180,7 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     )  # fmt: skip
     ax.set_ylim(0, (top or 1.0) * 1.12)
     ax.set_xlabel("session start (UTC)", fontsize=FONT)
-    ax.set_ylabel(one_line(f"{mine[0].row.unit or 'samples/s'} per device"), fontsize=FONT)
+    ax.set_ylabel(one_line(f"{short(mine[0].row.unit or 'samples/s', NAME)} per device"), fontsize=FONT)
     ax.set_title(title, fontsize=TITLE_FONT)
     ax.tick_params(labelsize=FONT)
     ax.grid(alpha=0.3)
@@ -203,7 +206,7 @@ def plots(table: list[Entry], folder: Path) -> list[Plot]:
             f" {unnamed} more device/machine series are drawn without a legend entry." if unnamed else ""
         )
         fig.savefig(folder / name, format="png")
-        drawn.append(Plot(cell_id, name, cell_id, caption, folder / name))
+        drawn.append(Plot(cell_id, name, short(cell_id, NAME), caption, folder / name))
     return drawn
 
 
@@ -280,13 +283,14 @@ def _headers() -> list[str]:
 
 
 def _text(value: Any) -> str:
+    """A value as the table and the page show it: a name within its bound (--json has it whole)."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, datetime):
         return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)
+    return short(value, NAME)
 
 
 def table_text(table: list[Entry], width: int = CELL_WIDTH) -> str:
@@ -295,8 +299,7 @@ def table_text(table: list[Entry], width: int = CELL_WIDTH) -> str:
 
     def cut(text: str) -> str:
         # A newline in a folder's name must not split its row; no control reaches the terminal.
-        text = one_line(text)
-        return text if len(text) <= width else text[: width - 1] + "…"
+        return short(one_line(text[: width + 1]), width, counted=False)
 
     cells = [[cut(_text(e.value(c))) for c in COLUMNS] for e in table]
     headers = _headers()

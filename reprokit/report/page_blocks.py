@@ -1,17 +1,17 @@
 """Pages: the report's and the history's content as blocks, rendered to Markdown and to one
 self-contained HTML file (plots embedded as data URIs, so the one file opens anywhere). Both
-renderers read the same blocks, so the Markdown and the HTML cannot disagree."""
+renderers read the same blocks, so the Markdown and the HTML cannot disagree. Every text reaches a page
+through textsafe (`markdown`, `html`): inert, its controls shown escaped, within its length bound."""
 
 from __future__ import annotations
 
 import base64
 import re
 from dataclasses import dataclass
-from html import escape
 from urllib.parse import quote
 
-from reprokit.contract.textsafe import fence
-from reprokit.contract.textsafe import line as one_line
+from reprokit.contract.textsafe import fence, short
+from reprokit.contract.textsafe import html as escape
 from reprokit.contract.textsafe import lines as visible_lines
 from reprokit.contract.textsafe import markdown as md
 from reprokit.report.plots import Plot
@@ -55,13 +55,13 @@ def markdown(blocks: list[Block]) -> str:
         elif block.kind == "plot" and block.plot is not None:
             lines += [f"![{md(block.plot.title)}]({quote(block.plot.name)})", ""]
         elif block.kind == "link":
-            lines += [f"[{md(block.text)}]({quote(block.href)}){md(block.tail)}", ""]
+            lines += [f"[{md(block.text)}]({quote(short(block.href))}){md(block.tail)}", ""]
         elif block.kind == "table":
             lines += _md_table(block)
         elif block.kind == "details":
             # GitHub's way of folding: the table shows when the line is opened; elsewhere it reads as is.
             lines += [
-                f"<details><summary>{escape(one_line(block.text))}</summary>",
+                f"<details><summary>{escape(block.text)}</summary>",
                 "",
                 *_md_table(block),
                 "</details>",
@@ -171,7 +171,7 @@ def html(title: str, blocks: list[Block]) -> str:
         elif block.kind == "note":
             parts.append(f'<p class="note">{escape(block.text)}</p>')
         elif block.kind == "pre":
-            parts.append(f"<pre>{escape(block.text)}</pre>")
+            parts.append(f"<pre>{escape(block.text, keep_lines=True)}</pre>")
         elif block.kind == "plot" and block.plot is not None:
             parts.append(f"<figure>{_embed(block.plot)}</figure>")
         elif block.kind == "link":

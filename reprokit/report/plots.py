@@ -11,6 +11,7 @@ run has no throughput.csv, with TensorBoard's own loader (no torch, no TensorFlo
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import os
 import re
@@ -21,9 +22,10 @@ from typing import Any
 from reprokit.collect import explain
 from reprokit.contract import bounded, files, rundirs, sessions
 from reprokit.contract.bounded import Malformed
-from reprokit.contract.textsafe import line
+from reprokit.contract.textsafe import NAME, line
 from reprokit.judge import verdicts
 from reprokit.judge.result_row import Row
+from reprokit.report.formats import shown
 
 # Colors a reader can tell apart in grey too: measured dark, published light.
 MEASURED_COLOR = "#1f4e79"
@@ -125,7 +127,13 @@ def pyplot():
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+    """A part of a file name from a recipe's or a cell's name: within NAME characters (a file name is at
+    most 255 bytes), a longer one cut and told apart from others cut alike by its digest."""
+    found = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+    if len(found) <= NAME:
+        return found
+    digest = hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest()[:12]
+    return f"{found[: NAME - len(digest) - 1]}-{digest}"
 
 
 # A plot drawn for a report being written: beside the session's images under a name of its own until
@@ -159,7 +167,9 @@ def titled(text: str, rows: list[Row]) -> str:
     """A plot's title, saying when its rows are not comparable with the publication (the smoke scale);
     a control character in it (a recipe's name from a run file) shown escaped, never drawn as a box."""
     scale = unjudged_scale(rows)
-    return line(text) + (f"\n({scale} scale: not comparable with the publication)" if scale else "")
+    return line(text) + (
+        f"\n({line(scale, NAME)} scale: not comparable with the publication)" if scale else ""
+    )
 
 
 def _title(ax: Any, text: str, rows: list[Row]) -> None:
@@ -426,10 +436,12 @@ def draw(session_dir: Path, table: list[Row], skipped: list[Malformed] | None = 
     for stale in session_dir.glob(f".*.png{NEW}"):  # a report killed before (the session's lock is ours)
         stale.unlink(missing_ok=True)
     plots: list[Plot] = []
+    # Words from the run files drawn as text: each within its bound (matplotlib draws an image as wide as
+    # its longest label), no control character reaches a label (a box, a warning).
+    table = [shown(r) for r in table]
     recipes = list(dict.fromkeys(r.recipe for r in table if r.recipe))
     curves = functools.partial(curves_plot, skipped=skipped)
     for recipe in recipes:
-        # Words from the run files drawn as text: no control character reaches a label (a box, a warning).
         rows = [
             replace(r, **{k: line(getattr(r, k)) for k in DRAWN_TEXT if getattr(r, k) is not None})
             for r in table

@@ -16,6 +16,7 @@ from reprokit.contract import files, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.definitions import DEFINITIONS
 from reprokit.contract.invocation import command
+from reprokit.contract.textsafe import NAME, short
 from reprokit.judge import verdicts
 from reprokit.judge.result_row import Row
 from reprokit.report import formats, page_blocks, software_stacks
@@ -215,6 +216,10 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         plan = sessions.stored(session_dir, session_dir.parent)
     except Malformed:  # said by collect: the report goes on without the plan's words
         plan = {}
+    plan = {key: short(plan.get(key), NAME) for key in ("runtime", "container") if plan.get(key)}
+    # Each word as the page shows it, within its bound (results.jsonl keeps it whole); the plots were
+    # drawn from the same (plots.draw), so a plot's recipe is the recipe it is shown under.
+    table = [formats.shown(r) for r in table]
     scales = sorted({r.scale or "-" for r in table}) or ["-"]
     accelerators = sorted({r.accelerator or "-" for r in table}) or ["-"]
     devices = sorted({r.device_name for r in table if r.device_name})

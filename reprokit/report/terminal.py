@@ -35,6 +35,7 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
         console = Console()
         if not console.is_terminal:  # a log file or a pipe: wide enough that cell ids stay whole
             console = Console(width=140)
+    table = [formats.shown(r) for r in table]  # each word within its bound: folded whole, one fills screens
     units = sorted({markup(r.unit) for r in table if r.unit})
     view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
     scaling = any(r.scaling_efficiency is not None for r in table)

@@ -2,8 +2,8 @@
 meets (a value of the wrong type, a file nested 100,000 deep, a date of year 1, bytes that are not
 UTF-8, a link out of the folder or to a FIFO, a number that is not finite, a file too large, its run
 directories gone, no time recorded, a repeated row's range no runs could give, links planted where the
-kit writes), for the store's fuzz test. Each case says which file its damage is in, and what the kit
-must make of it."""
+kit writes, a name of tens or hundreds of thousands of characters), for the store's fuzz test. Each
+case says which file its damage is in, and what the kit must make of it."""
 
 from __future__ import annotations
 
@@ -99,6 +99,10 @@ REPORTED = (*COLLECTED, "report.md", "report.html")
 PLANTED = "not the kit's: planted outside the results folder\n"
 HOSTILE_TEXT = ["\x1b]0;owned\x07\x1b[2J", "[/]", "[bold]x[/bold", "$\\foo{$", "<script>alert(1)</script>",
                 "<img src=x onerror=alert(1)>", "a\nb", "it's \"quoted\"", "\u202eevil", "\x00nul"]  # fmt: skip
+# A name within its file's bound and far beyond any name's: its run of this letter is what no output may
+# show more than textsafe.NAME of. In results.jsonl (read by history and compare), a few hundred KB.
+LONG_LETTER = "x"
+LONG_IN_RESULTS = 300_000
 
 
 @dataclass
@@ -406,14 +410,48 @@ class Breaker:
         (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return Case(folder, folder, "no created_at, no start in its rows", "unplaced")
 
+    def large_text(self, limit: int) -> Case:
+        """No damage: a device, host or cell id of tens of thousands of characters in the run files (as
+        long as their size bound `limit` allows; collected again, as the kit would), or of hundreds of
+        thousands in results.jsonl alone, with a window title sequence in it: every output shows it cut."""
+        from reprokit.collect import collect
+
+        folder = self._copy()
+        cell = self.rng.choice(sorted(p.name for p in (folder / "runs").iterdir()))
+        run_dir = folder / "runs" / cell
+        key = self.rng.choice(["device_name", "hostname", "cell_id"])
+        if self.rng.random() < 0.5:
+            text = f"{key}\x1b]0;TITLE\x07" + LONG_LETTER * (limit // 3)  # cell.json holds it twice
+            if key == "cell_id":
+                _set_json(run_dir / "cell.json", "cell_id", text)
+                _set_json(run_dir / "cell.json", "series_id", text)
+            else:
+                _set_json(run_dir / "sysinfo.json", key, text)
+            collect.collect(folder)
+            return Case(folder, run_dir, f"{key} of {len(text):,} characters in the run files", "bounded")
+        path = folder / "results.jsonl"
+        text = f"{key}\x1b]0;TITLE\x07" + LONG_LETTER * LONG_IN_RESULTS
+        row = json.loads(path.read_text().splitlines()[0])
+        if key == "hostname":
+            _set_json(path, "provenance", {**row["provenance"], "hostname": text})
+        else:
+            _set_json(path, key, text)
+        return Case(folder, path, f"{key} of {len(text):,} characters in results.jsonl", "bounded")
+
     def make(self, count: int, limit: int) -> list[Case]:
         """`count` cases of the random kinds, then each hostile spread once."""
         makers = {"wrong type": self.wrong_type, "deep": self.deep, "date": self.bad_date, "bytes": self.bad_bytes,
                   "link": self.link, "not finite": self.not_finite, "folder": self.folder, "text": self.hostile_text,
                   "too large": lambda: self.too_large(limit)}  # fmt: skip
         # Kinds added since: made after the others, so that a seed gives the cases it gave before, and
-        # each a few times (a session without runs/, a cell's run directory removed, links planted where the kit writes).
-        later = {"missing runs": self.missing_runs, "no time": self.no_time, "planted": self.planted}
+        # each a few times (a session without runs/, a cell's run directory removed, links planted where the kit writes,
+        # names of tens or hundreds of thousands of characters).
+        later = {
+            "missing runs": self.missing_runs,
+            "no time": self.no_time,
+            "planted": self.planted,
+            "large strings": lambda: self.large_text(limit),
+        }
         # Every kind at least once, then at random (types and bytes twice as often: the most ways to go wrong).
         kinds = [
             *makers,
