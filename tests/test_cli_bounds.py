@@ -93,7 +93,13 @@ def test_an_export_without_the_mlflow_extra_is_one_line_saying_how_to_install_it
     one_session, monkeypatch, hidden
 ):
     # As in `make reproduce`'s environment, which installs the kit without the extra: the package and
-    # every module of it this process has loaded cannot be imported.
+    # every module of it this process has loaded cannot be imported. MLflow is imported whole first: first
+    # imported with sqlalchemy hidden, it registers no SQL store for the rest of this process (the next
+    # export on this worker was refused `unsupported URI 'sqlite:...'`).
+    from reprokit.report import export_mlflow
+
+    for module in (*export_mlflow.CLIENT_MODULES, *export_mlflow.DATABASE_MODULES, "mlflow.store.db.utils"):
+        pytest.importorskip(module)
     for module in [name for name in sys.modules if name.split(".")[0] == hidden] or [hidden]:
         monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(Exit) as refused:  # before: ModuleNotFoundError, with its traceback

@@ -120,7 +120,8 @@ def check_extra(tracking_uri: str | None) -> None:
             missing.append(module.split(".")[0])
     if missing:
         raise ReprokitError(
-            f"exporting to MLflow needs the kit's mlflow extra ({', '.join(missing)} is not installed here): "
+            f"exporting to MLflow needs the kit's mlflow extra ({', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed here): "
             f'pip install "{DISTRIBUTION}[mlflow]"'
         )
 
