@@ -263,6 +263,32 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     assert {t.get_text() for t in fig.legends[0].get_texts()} == {"H100 on a", "H100 on b"}
 
 
+def test_a_history_plot_says_error_bars_only_under_a_plot_that_draws_them(tmp_path):
+    """Single runs have no spread to draw: their plot says nothing of error bars; a cell run three times
+    with a spread has its bars and the note, once."""
+    from reprokit.judge.result_row import Row
+    from reprokit.report import history
+
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    runs = [{"status": "ok", "measured": value} for value in (90.0, 100.0, 110.0)]
+    repeated = dict(
+        repeats=3, repetitions=runs, measured=100.0, measured_min=90.0, measured_max=110.0, spread=0.2
+    )
+    table = [
+        history.Entry(f"s{i}", start + timedelta(hours=i), None, "dgx-01",
+                      Row(cell_id=cell, unit="img/s", device_name="H100", measured_per_device=100.0, **extra))
+        for i in range(3)
+        for cell, extra in (("fake--once", {}), ("fake--thrice", repeated))
+    ]  # fmt: skip
+    captions = {plot.recipe: plot.caption for plot in history.plots(table, tmp_path)}
+    assert captions == {"fake--once": "", "fake--thrice": "Error bars: the spread of repeated runs."}
+    bars = {cell: history.figure(cell, [e for e in table if e.row.cell_id == cell])[0].axes[0].collections
+            for cell in captions}  # fmt: skip
+    assert not bars["fake--once"] and bars["fake--thrice"]
+    page = history.write(tmp_path, table).read_text()
+    assert page.count("Error bars") == 1 and page.count("data:image/png;base64,") == 2
+
+
 def _copy_session(source, target, created_at: str, rate: float | None = None):
     shutil.copytree(source, target)
     stored = json.loads((target / "session.json").read_text())

@@ -1,7 +1,8 @@
 """report.html and history.html read at a glance in a browser 1,400 px wide: nothing past the right edge,
 no text over other text, cell ids whole, one verdict sentence per cell, smoke results marked in every
-plot, the history's lines drawn per machine on a time axis that reads, from zero. Measured in Chromium's
-DOM and in matplotlib's own layout, never by eye."""
+plot, the history's lines drawn per machine on a time axis that reads, from zero; and on a phone (390
+and 500 px): no sideways scroll of the page, every verdict in view. Measured in Chromium's DOM and in
+matplotlib's own layout, never by eye."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from tests.mdtable import table
 from tests.test_report_html import _browser, _headless
 
 WIDTH = 1400
+# A phone held upright (390 px) and a small tablet or a phone's browser zoomed out (500 px).
+PHONES = (390, 500)
 # The reasons a shared machine gave, on a rung and on its baseline: one departure, other numbers.
 SHARED = "the machine was shared while the run measured: processes outside the run used {} of 2 CPU cores"
 DEVICES = [("cpu", 800), ("gaudi2", 1200), ("h100", 1000)]
@@ -83,14 +86,31 @@ def smoke(tmp_path_factory):
         return _session(tmp_path_factory.mktemp("smoke"), monkeypatch, "smoke", _variants()[:5])
 
 
+@pytest.fixture(scope="module")
+def history_page(published, smoke, tmp_path_factory) -> Path:
+    """history.html of three sessions: the published one, the smoke one, the published one again."""
+    results = tmp_path_factory.mktemp("history") / "results"
+    for i, folder in enumerate((published, smoke, published)):
+        _copy(folder, results / f"2026010{i}-000000", datetime(2026, 1, 1 + i, tzinfo=timezone.utc))
+    return history.write(results, history.read(results).rows)
+
+
+@pytest.fixture(scope="module")
+def laid_out(published, smoke, history_page, tmp_path_factory) -> dict[tuple[str, int], dict]:
+    """Each page measured at each width, in one Chromium for them all."""
+    pages = {"published": published / "report.html", "smoke": smoke / "report.html", "history": history_page}
+    return measure(pages, (WIDTH, *PHONES), tmp_path_factory.mktemp("chromium"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Measured in Chromium
 
 
 # Run in the page once it has loaded, every <details> opened: what lies past the body's right edge,
 # which elements hold content wider than their box (a scroll bar, or text spilling out), which
-# images the browser scaled down, which text boxes cover one another, and how many lines each cell
-# id takes.
+# images the browser scaled down, which text boxes cover one another, how many lines each cell
+# id takes, and where each verdict (a cell of a column headed `verdict`) lies. Posted to the page that
+# frames it (measure: one frame per page and width), under the frame's name.
 MEASURE = r"""
 <script>
 window.addEventListener('load', () => {
@@ -100,7 +120,7 @@ window.addEventListener('load', () => {
   const right = body.getBoundingClientRect().right - parseFloat(style.paddingRight);
   const name = (el) => el.tagName.toLowerCase() + (el.className ? '.' + el.className : '');
   const out = {page: {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, right: right},
-               outside: [], spilling: [], scaled: [], overlaps: [], broken: []};
+               outside: [], spilling: [], scaled: [], overlaps: [], broken: [], verdicts: []};
   for (const el of body.querySelectorAll('*')) {
     if (el.id === 'layout-measure' || getComputedStyle(el).display === 'inline') continue;
     const box = el.getBoundingClientRect();
@@ -133,27 +153,60 @@ window.addEventListener('load', () => {
       if (w > 1 && h > 1) out.overlaps.push([s1, s2]);
     }
   }
-  const pre = document.createElement('pre');
-  pre.id = 'layout-measure';
-  pre.textContent = JSON.stringify(out);
-  body.appendChild(pre);
+  for (const table of document.querySelectorAll('table')) {
+    const column = [...table.querySelectorAll('thead th')].findIndex((th) => th.textContent === 'verdict');
+    if (column < 0) continue;
+    for (const row of table.querySelectorAll('tbody tr')) {
+      const box = row.children[column].getBoundingClientRect();
+      out.verdicts.push([Math.round(box.left), Math.round(box.right), row.children[column].textContent.slice(0, 40)]);
+    }
+  }
+  parent.postMessage([window.name, out], '*');
 });
 </script></body>"""
 
+# The frames' page: each page in a frame as wide as a window would be, their measures gathered into one
+# <pre> for --dump-dom once every frame has posted its own.
+FRAMES = """<!DOCTYPE html><html><body style="margin: 0">
+<script>
+const found = {};
+window.addEventListener('message', (event) => {
+  found[event.data[0]] = event.data[1];
+  if (Object.keys(found).length < document.querySelectorAll('iframe').length) return;
+  const pre = document.createElement('pre');
+  pre.id = 'layout-measure';
+  pre.textContent = JSON.stringify(found);
+  document.body.appendChild(pre);
+});
+</script>
+{frames}
+</body></html>"""
 
-def measure(page: Path, tmp_path: Path) -> dict:
-    """The page laid out by headless Chromium in a window 1,400 px wide, measured by MEASURE."""
+
+def measure(pages: dict[str, Path], widths: tuple[int, ...], tmp_path: Path) -> dict[tuple[str, int], dict]:
+    """Each page laid out by one headless Chromium at each width (a frame that wide: its media queries
+    and its scroll width are a window's), measured by MEASURE; keyed by (page, width)."""
     browser = _browser()
-    probe = tmp_path / f"measured-{page.name}"
-    probe.write_text(page.read_text().replace("</body>", MEASURE))
+    frames = []
+    for key, page in pages.items():
+        probe = tmp_path / f"measured-{key}.html"
+        probe.write_text(page.read_text().replace("</body>", MEASURE))
+        frames += [
+            f'<iframe name="{key} {width}" src="{probe.name}" width="{width}" height="900" '
+            'style="border: 0; display: block"></iframe>'
+            for width in widths
+        ]
+    framing = tmp_path / "frames.html"
+    framing.write_text(FRAMES.replace("{frames}", "\n".join(frames)))
     dom = _headless(
-        browser, tmp_path, f"--window-size={WIDTH},900", "--hide-scrollbars", "--virtual-time-budget=10000",
-        "--run-all-compositor-stages-before-draw", "--dump-dom", probe.as_uri(),
+        browser, tmp_path, f"--window-size={max(widths)},900", "--hide-scrollbars",
+        "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw", "--dump-dom", framing.as_uri(),
     )  # fmt: skip
     assert dom.returncode == 0, dom.stderr[-2000:]
     found = re.search(r'<pre id="layout-measure">(.*?)</pre>', dom.stdout, re.S)
     assert found, dom.stdout[-2000:]
-    return json.loads(html.unescape(found.group(1)))
+    measured = json.loads(html.unescape(found.group(1)))
+    return {(key, width): measured[f"{key} {width}"] for key in pages for width in widths}
 
 
 def _assert_reads_at_a_glance(found: dict) -> None:
@@ -166,18 +219,34 @@ def _assert_reads_at_a_glance(found: dict) -> None:
     assert found["broken"] == [], f"cell ids broken across lines: {found['broken'][:8]}"
 
 
-def test_report_html_fits_1400px_with_no_text_over_text_and_cell_ids_whole(published, smoke, tmp_path):
-    for folder in (published, smoke):
-        _assert_reads_at_a_glance(measure(folder / "report.html", tmp_path))
+def test_report_html_fits_1400px_with_no_text_over_text_and_cell_ids_whole(laid_out):
+    for key in ("published", "smoke"):
+        _assert_reads_at_a_glance(laid_out[key, WIDTH])
 
 
-def test_history_html_fits_1400px_with_no_text_over_text(published, smoke, tmp_path):
-    results = tmp_path / "results"
-    for i, folder in enumerate((published, smoke, published)):
-        _copy(folder, results / f"2026010{i}-000000", datetime(2026, 1, 1 + i, tzinfo=timezone.utc))
-    table = history.read(results).rows
-    page = history.write(results, table)
-    _assert_reads_at_a_glance(measure(page, tmp_path))
+def test_history_html_fits_1400px_with_no_text_over_text(laid_out):
+    _assert_reads_at_a_glance(laid_out["history", WIDTH])
+
+
+@pytest.mark.parametrize("width", PHONES)
+def test_on_a_phone_no_page_scrolls_sideways_and_every_verdict_is_in_view(laid_out, width):
+    """A wide table reads as a card per row on a phone: the cell, its figures and its verdict in view,
+    nothing past the edge, no text over text; the plots scaled to the width."""
+    found = {}
+    for key in ("published", "smoke", "history"):
+        measured = laid_out[key, width]
+        page = measured["page"]
+        assert page["clientWidth"] == width, page  # the frame is the window it stands for
+        assert measured["verdicts"], f"{key}: no verdict column measured"
+        found[key] = {
+            "page wider than the window": page["scrollWidth"] if page["scrollWidth"] > width else None,
+            "past the right edge": measured["outside"][:4],
+            "content wider than its box": measured["spilling"][:4],
+            "text over text": measured["overlaps"][:4],
+            "verdicts out of view": [v for v in measured["verdicts"] if v[0] < 0 or v[1] > width][:4],
+        }
+    problems = {key: {what: bad for what, bad in seen.items() if bad} for key, seen in found.items()}
+    assert not any(problems.values()), f"at {width} px: {problems}"
 
 
 def _copy(folder: Path, target: Path, started: datetime) -> None:

@@ -162,12 +162,7 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
         if unjudged:  # hollow: a smoke run's figure shows the machinery works, it measures nothing published
             style["markerfacecolor"] = "none"
         (line,) = ax.plot(xs, ys, marker="o", label=label if index < LEGEND_SERIES else None, **style)
-        # Error bars only from a spread compare would read (a negative one cannot be drawn at all).
-        spread = [
-            (x, y, e.row.spread * y / 2)
-            for x, y, e in zip(xs, ys, points, strict=True)
-            if e.row.spread and not untrusted(e.row)
-        ]
+        spread = [(x, y, bar) for x, y, e in zip(xs, ys, points, strict=True) if (bar := error_bar(e))]
         top = max([top, *(y for y in ys if y is not None), *(y + err for _, y, err in spread)])
         if spread:
             sx, sy, se = zip(*spread, strict=True)
@@ -191,6 +186,15 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     return fig, max(0, len(series) - LEGEND_SERIES)
 
 
+def error_bar(e: Entry) -> float | None:
+    """Half the spread of an entry's repeated runs around its figure, drawn as its error bar: only from
+    repeated runs, and a spread compare would read (a negative one cannot be drawn at all)."""
+    r = e.row
+    if (r.repeats or 0) > 1 and r.spread and r.measured_per_device is not None and not untrusted(r):
+        return r.spread * r.measured_per_device / 2
+    return None
+
+
 def plots(table: list[Entry], folder: Path) -> list[Plot]:
     """Per cell, its per-device figure session after session, as PNG files in `folder`."""
     from reprokit.report.plots import slug
@@ -202,9 +206,11 @@ def plots(table: list[Entry], folder: Path) -> list[Plot]:
             continue
         fig, unnamed = figure(cell_id, mine)
         name = f"history-{slug(cell_id)}.png"
-        caption = "Error bars: the spread of repeated runs." + (
-            f" {unnamed} more device/machine series are drawn without a legend entry." if unnamed else ""
-        )
+        # Said only under a plot that has them: a note of bars nobody can find reads as a broken plot.
+        notes = ["Error bars: the spread of repeated runs."] if any(error_bar(e) for e in mine) else []
+        if unnamed:
+            notes.append(f"{unnamed} more device/machine series are drawn without a legend entry.")
+        caption = " ".join(notes)
         fig.savefig(folder / name, format="png")
         drawn.append(Plot(cell_id, name, short(cell_id, NAME), caption, folder / name))
     return drawn
@@ -224,7 +230,8 @@ def write(results: Path, table: list[Entry]) -> Path:
             ),
         ]
         for plot in drawn:
-            content += [Block("h3", plot.title), Block("plot", plot=plot), Block("p", plot.caption)]
+            content += [Block("h3", plot.title), Block("plot", plot=plot)]
+            content += [Block("p", plot.caption)] if plot.caption else []
         content += [
             Block("h2", "Sessions"),
             Block("table", headers=SESSION_HEADERS, rows=_sessions(table), nowrap=(0, 1)),

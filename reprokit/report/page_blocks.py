@@ -79,19 +79,24 @@ def _md_table(block: Block) -> list[str]:
 
 # Laid out for a reader at a glance: text left, numbers right, tables and plots within the page (a plot
 # is drawn no wider than the page, so its labels show at the size they were drawn), a long word or log
-# line broken rather than pushed past the edge. tests/test_pages_layout.py measures it in Chromium.
+# line broken rather than pushed past the edge; a table wider than the window scrolls in its own box,
+# never the page. On a phone (720 px and narrower) a table of more than two columns reads as a card
+# per row: its first cell the card's title, each other cell under its column's name, so the verdict is
+# in view without scrolling sideways; plots scale to the width. tests/test_pages_layout.py measures it
+# in Chromium at 1,400, 500 and 390 px.
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1150px; color: #222; line-height: 1.45; padding: 0 1em; }
-p, .note, summary { overflow-wrap: break-word; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; max-width: 100%; }
+h1, h2, h3, p, .note, summary { overflow-wrap: break-word; }
+.table { margin: 0.68em 0; overflow-x: auto; }  /* a table's 0.8em, at its 0.85em */
+table { border-collapse: collapse; font-size: 0.85em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
          overflow-wrap: break-word; }
 th { background: #f0f3f7; }
 td.num { text-align: right; white-space: nowrap; }
 .nowrap { white-space: nowrap; }
 figure { margin: 1em 0; }
-img { max-width: 100%; height: auto; border: 1px solid #ddd; }
+img { max-width: 100%; height: auto; border: 1px solid #ddd; box-sizing: border-box; }
 pre { background: #f6f8fa; padding: 0.8em; font-size: 0.8em; white-space: pre-wrap;
       overflow-wrap: anywhere; }
 details { margin: 0.2em 0; } summary { cursor: pointer; }
@@ -100,6 +105,16 @@ details td:last-child { overflow-wrap: anywhere; }  /* a path or a digest as lon
 .note { border-left: 4px solid #e0a800; background: #fff8e1; padding: 0.5em 1em; }
 .reproduced { color: #1a7f37; } .faster { color: #0969da; } .slower { color: #9a6700; }
 .failed, .timeout, .interrupted, .no-result { color: #cf222e; } .not-comparable { color: #8250df; }
+@media (max-width: 720px) {
+  body { margin: 1em auto; }
+  table.cards, table.cards tbody, table.cards tr, table.cards td { display: block; }
+  table.cards thead { display: none; }
+  table.cards tr { border: 1px solid #ccc; margin: 0 0 0.6em; padding: 0.3em 0.6em; }
+  table.cards td { border: 0; padding: 0.1em 0; text-align: left; white-space: normal;
+                   overflow-wrap: anywhere; }
+  table.cards td:first-child { font-weight: 600; }
+  table.cards td[data-label]::before { content: attr(data-label) ": "; color: #57606a; }
+}
 """
 # The words a verdict or a status starts with, and the class that colours it.
 CLASSES = {
@@ -138,17 +153,24 @@ def _after(word: str) -> tuple[str, ...]:
 
 def _table(block: Block) -> str:
     nowrap = ' class="nowrap"'
+    headers = block.headers or []
     head = "".join(
-        f"<th{nowrap if i in block.nowrap else ''}>{escape(h)}</th>"
-        for i, h in enumerate(block.headers or [])
+        f"<th{nowrap if i in block.nowrap else ''}>{escape(h)}</th>" for i, h in enumerate(headers)
     )
+    # More than two columns: a card per row on a phone, each cell after the first under its column's name.
+    cards = len(headers) > 2
+    labels = [f' data-label="{escape(h)}"' if cards and i else "" for i, h in enumerate(headers)]
     body = "".join(
         "<tr>"
-        + "".join(f"<td{_classes(c, i in block.nowrap)}>{escape(c)}</td>" for i, c in enumerate(row))
+        + "".join(
+            f"<td{_classes(c, i in block.nowrap)}{labels[i] if i < len(labels) else ''}>{escape(c)}</td>"
+            for i, c in enumerate(row)
+        )
         + "</tr>"
         for row in block.rows or []
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = ' class="cards"' if cards else ""
+    return f"<table{table}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _inline_code(escaped: str) -> str:
@@ -179,7 +201,7 @@ def html(title: str, blocks: list[Block]) -> str:
                 f'<p><a href="{escape(block.href)}">{escape(block.text)}</a>{escape(block.tail)}</p>'
             )
         elif block.kind == "table":
-            parts.append(_table(block))
+            parts.append(f'<div class="table">{_table(block)}</div>')
         elif block.kind == "details":
             parts.append(f"<details><summary>{escape(block.text)}</summary>{_table(block)}</details>")
     parts.append("</body></html>")
