@@ -134,7 +134,8 @@ def inv():
 
 @pytest.fixture
 def recipe_file(tmp_path):
-    """Write a recipe YAML built from the bridgetower recipe with some keys changed."""
+    """Write a recipe YAML built from the bridgetower recipe with some keys changed, named after its
+    file (a user's recipe never takes a kit recipe's name)."""
     import yaml
 
     def make(changes: dict | None = None, drop: tuple[str, ...] = (), raw: str | None = None) -> Path:
@@ -143,6 +144,7 @@ def recipe_file(tmp_path):
             path.write_text(raw)
             return path
         data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+        data["name"] = path.stem
         for key in drop:
             data.pop(key)
         data.update(changes or {})

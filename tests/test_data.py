@@ -38,6 +38,47 @@ def test_a_path_without_the_expected_layout_is_one_line_before_anything_runs(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_every_class_folder_of_given_images_and_label_maps_holds_one_the_trainer_reads(tmp_path):
+    root = tiny_imagenet(tmp_path / "imagenet")
+    webp = root / "train" / "n02000000"  # images the trainers do not read, and a link to a gone one
+    webp.mkdir()
+    (webp / "a.webp").write_bytes(b"RIFF")
+    (webp / "b.JPEG").symlink_to(tmp_path / "gone.JPEG")
+    result = run_inv("run", "volo", *CPU_SMOKE, "--data", f"imagenet={root}", "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: --data imagenet={root}: 1 of its 3 class folders holds no image (.jpeg, .jpg, .png): {webp}; "
+        "every class given is trained on (an empty one would be counted, never seen): add its images or remove "
+        "the folder"
+    )
+    labels = tmp_path / "labels"
+    for name in ("n01440764", "n01443537"):
+        (labels / name).mkdir(parents=True)
+    (labels / "n01440764" / "n01440764_1.pt").write_bytes(b"PK\x03\x04")
+    webp.joinpath("b.JPEG").unlink()
+    webp.joinpath("a.webp").unlink()
+    webp.rmdir()
+    result = run_inv(
+        "run",
+        "volo",
+        *CPU_SMOKE,
+        "--data",
+        f"imagenet={root}",
+        "--data",
+        f"token_labels={labels}",
+        "--dry-run",
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"reprokit: --data token_labels={labels}: 1 of its 2 class folders holds no label map (.pt): "
+            f"{labels / 'n01443537'}; "
+        )
+    )
+
+
 def test_an_unknown_key_names_the_keys_the_recipes_take(tmp_path):
     result = run_inv("run", "volo", *CPU_SMOKE, "--data", "imagenett=/x", "--dry-run")
     assert result.returncode == 2

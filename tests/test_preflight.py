@@ -550,6 +550,47 @@ def test_the_trainer_itself_refuses_a_class_folder_it_cannot_read_in_one_line(tm
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "summary.json").exists()
 
 
+def imagenet_with_an_empty_class(tmp_path: Path) -> tuple[Path, Path]:
+    """Three class folders, one of them empty (its images not copied yet): two classes hold images."""
+    root = tiny_imagenet(tmp_path / "imagenet")
+    empty = root / "train" / "n09999999"
+    empty.mkdir()
+    (empty / "README.txt").write_text("copy the class here\n")  # a file, but no image
+    return root, empty
+
+
+@pytest.mark.parametrize(
+    "task", [("preflight", "--no-steps"), ("reproduce", "--dry-run")], ids=["preflight", "dry-run"]
+)
+def test_a_class_folder_without_an_image_is_refused_not_counted_and_never_seen(tmp_path, task):
+    root, empty = imagenet_with_an_empty_class(tmp_path)
+    result = run_inv(
+        task[0], "volo", *task[1:], *CPU, "--data", f"imagenet={root}", "--out", str(tmp_path / "out")
+    )
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"reprokit: --data imagenet={root}: 1 of its 3 class folders holds no image (.jpeg, .jpg, .png): {empty}; "
+        "every class given is trained on (an empty one would be counted, never seen): add its images or remove "
+        "the folder"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_preflight_names_a_class_folder_whose_every_image_is_bad(tmp_path):
+    root = tiny_imagenet(tmp_path / "imagenet")
+    (bad,) = (root / "train" / "n01443537").iterdir()
+    bad.write_bytes(b"")  # a copy cut short: the class's one image reads as nothing
+    result = run_inv(
+        "preflight", "volo", *CPU, "--no-steps", "--data", f"imagenet={root}", "--out", str(tmp_path / "o")
+    )
+    assert result.returncode != 0, result.stdout
+    (refusal,) = [f for f in findings(result) if f[:2] == ("x", "data")]
+    assert refusal[2].startswith(
+        f"--data imagenet: not one image of class folder(s) {bad.parent} reads (bad image {bad}: "
+    )
+    assert "); every class given is trained on: replace its images or remove the folder [volo--" in refusal[2]
+
+
 def test_the_preflight_says_how_many_classes_a_given_folder_holds_beside_the_datasets(tmp_path):
     root = tiny_imagenet(tmp_path / "imagenet")
     result = run_inv(

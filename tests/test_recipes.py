@@ -269,7 +269,7 @@ def test_show_refuses_a_variant_whose_steps_end_within_the_warm_up(inv, recipe_f
 
     data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
     data["scales"]["smoke"]["args"].update(max_steps=2, throughput_warmup_steps=2)
-    path = recipe_file(data)
+    path = recipe_file({"scales": data["scales"]})
     for task in ("show", "reproduce"):
         extra = ("--dry-run",) if task == "reproduce" else ()
         result = inv(task, str(path), "--accelerator", "cpu", "--scale", "smoke", *extra)
@@ -304,7 +304,7 @@ def test_a_users_recipe_named_like_a_kit_one_is_refused_naming_both_files(inv, t
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
         f"reprokit: two recipes named 'volo': {recipes.resolve_path('volo')} and {mine}; a session's cells and "
-        "results are named by the recipe, so rename one (its file and its `name:`)"
+        "results are named by the recipe, so rename the second (its `name:`, and its file if it is volo.yaml)"
     )
 
 
@@ -333,12 +333,122 @@ def test_a_recipe_given_by_path_beside_the_kit_one_of_its_name_is_refused_not_mi
     ]
 
 
+def _edited_copy(folder, file_name: str, recipe: str = "vit-speedups"):
+    """A user's edited copy of a kit recipe, its `name:` kept: what a user makes to change a rung."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file_name
+    path.write_text(recipes.resolve_path(recipe).read_text().replace("\ntitle: ", "\ntitle: My edit of ", 1))
+    return path
+
+
+def _clash_line(kit: str, mine) -> str:
+    return (
+        f"reprokit: two recipes named {kit!r}: {recipes.resolve_path(kit)} and {mine}; a session's cells and "
+        f"results are named by the recipe, so rename the second (its `name:`, and its file if it is {kit}.yaml)"
+    )
+
+
+CPU = ("--accelerator", "cpu")
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        ("recipes",),
+        ("show", "vit-speedups", "--json", *CPU),
+        ("show", "volo", *CPU),
+        ("render", "vit-speedups", *CPU, "--out", "{out}"),
+        ("run", "vit-speedups", *CPU, "--dry-run"),
+        ("reproduce", "vit-speedups", *CPU, "--dry-run"),
+        ("reproduce", "all", *CPU, "--dry-run"),
+        ("preflight", "vit-speedups", *CPU, "--no-steps", "--out", "{out}"),
+    ],
+    ids=lambda task: "-".join(word for word in task[:3] if not word.startswith("{")),
+)
+def test_a_users_folder_holding_an_edited_kit_recipe_is_refused_by_every_command_never_shadowed(
+    inv, tmp_path, task
+):
+    mine = _edited_copy(tmp_path / "mine", "vit-speedups.yaml")
+    args = [word.format(out=tmp_path / "out") for word in task]
+    result = inv(*args, "--recipes", str(tmp_path / "mine"))
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == _clash_line("vit-speedups", mine)
+    assert "vit-speedups--" not in result.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "task",
+    [("show", "--json", *CPU), ("reproduce", *CPU, "--dry-run"), ("preflight", *CPU, "--no-steps")],
+    ids=["show", "reproduce", "preflight"],
+)
+def test_a_users_file_given_by_path_that_takes_a_kit_recipes_name_is_refused_not_run_under_its_cell_ids(
+    inv, tmp_path, task
+):
+    mine = _edited_copy(tmp_path / "mine", "mine.yaml")
+    out = () if task[0] == "show" else ("--out", str(tmp_path / "out"))
+    result = inv(task[0], str(mine), *task[1:], *out)
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == _clash_line("vit-speedups", mine)
+    assert "vit-speedups--" not in result.stdout and not (tmp_path / "out").exists()
+
+
+def test_a_session_whose_recipe_file_now_takes_a_kit_recipes_name_is_not_resumed_under_it(inv, tmp_path):
+    from tests.fakes import fake_env, fake_recipe
+
+    mine = fake_recipe(tmp_path / "mine.yaml", [{"name": "v", "baseline": True}])
+    ran = inv("run", str(mine), *CPU, "--scale", "smoke", "--container", "none", "--out", str(tmp_path / "out"),
+              env=fake_env())  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    (session,) = (tmp_path / "out").iterdir()
+    mine.write_text(mine.read_text().replace("name: fake\n", "name: bridgetower\n", 1))
+    resumed = inv("resume", str(session), env=fake_env())
+    assert resumed.returncode != 0, resumed.stdout[-2000:]
+    assert resumed.stderr.strip().splitlines()[-1] == _clash_line("bridgetower", mine)
+
+
+def test_the_kit_recipe_given_by_its_own_path_or_linked_from_a_users_folder_is_that_recipe(inv, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "vit-speedups.yaml").symlink_to(recipes.resolve_path("vit-speedups"))
+    for given in ("recipes/vit-speedups.yaml", str(recipes.resolve_path("vit-speedups"))):
+        shown = inv("show", given, "--json", *CPU, "--recipes", str(tmp_path / "mine"))
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["recipe"] == "vit-speedups"
+
+
+def test_two_users_folders_or_a_file_and_the_name_another_declares_are_one_name_each(inv, tmp_path):
+    first = _edited_copy(tmp_path / "a", "mine.yaml", "volo")
+    second = _edited_copy(tmp_path / "b", "mine.yaml", "volo")
+    for path in (first, second):
+        path.write_text(path.read_text().replace("\nname: volo\n", "\nname: mine\n"))
+    result = inv("show", "mine", *CPU, "--recipes", str(tmp_path / "a"), "--recipes", str(tmp_path / "b"))
+    assert result.returncode != 0
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"reprokit: two recipes named 'mine': {first} and {second}; ")
+    )
+    # mine.yaml now declares `name: my-volo`, theirs.yaml `name: mine`: `inv show mine` would run the
+    # first under a name the second's results go by.
+    first.write_text(first.read_text().replace("\nname: mine\n", "\nname: my-volo\n"))
+    theirs = _edited_copy(tmp_path / "a", "theirs.yaml", "volo")
+    theirs.write_text(theirs.read_text().replace("\nname: volo\n", "\nname: mine\n"))
+    result = inv("show", "mine", *CPU, "--recipes", str(tmp_path / "a"))
+    assert result.returncode != 0
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"reprokit: two recipes named 'mine': {first} and {theirs}; ")
+    )
+
+
 def _alias_bomb(path, levels: int = 9):
     """The kit's BridgeTower recipe with a 'billion laughs' under model.architecture: ten aliases of
     the level below on each of `levels` levels, 10**levels values once expanded, in a few lines."""
     lines = ["    l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
-    text = recipes.resolve_path("bridgetower").read_text()
+    text = (
+        recipes.resolve_path("bridgetower").read_text().replace("\nname: bridgetower\n", "\nname: laughs\n")
+    )
     start = text.index("  architecture:\n") + len("  architecture:\n")
     end = text.index("\n  ", text.index("\n", text.index("max_position_embeddings", start)))
     path.write_text(text[:start] + "\n".join(lines) + "\n" + text[end + 1 :])

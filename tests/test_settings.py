@@ -101,3 +101,22 @@ def test_a_misspelt_settings_key_is_one_line_naming_the_closest_key(tmp_path):
     assert result.returncode == 2 and "#SBATCH" not in result.stdout
     last = result.stderr.strip().splitlines()[-1]
     assert str(tmp_path / "reprokit.yaml") in last and "'partion' (did you mean 'partition'?)" in last
+
+
+def test_a_recipe_folder_named_in_the_settings_may_not_shadow_a_kit_recipe(tmp_path):
+    mine = tmp_path / "my-recipes" / "volo.yaml"
+    mine.parent.mkdir()
+    mine.write_text(
+        (ROOT / "recipes" / "volo.yaml").read_text().replace("\ntitle: ", "\ntitle: My edit of ", 1)
+    )
+    (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"recipes": [str(mine.parent)]}))
+    for task in (
+        ("show", "volo", "--accelerator", "cpu"),
+        ("reproduce", "volo", "--accelerator", "cpu", "--dry-run"),
+    ):
+        result = run_inv("--search-root", str(ROOT), *task, cwd=tmp_path)
+        assert result.returncode != 0, result.stdout[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"reprokit: two recipes named 'volo': {ROOT / 'recipes' / 'volo.yaml'} and {mine}; a session's cells "
+            "and results are named by the recipe, so rename the second (its `name:`, and its file if it is volo.yaml)"
+        )

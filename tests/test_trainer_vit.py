@@ -448,6 +448,26 @@ def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     assert not (tmp_path / "x" / "summary.json").exists()
 
 
+def test_a_class_folder_without_an_image_stops_the_trainer_in_one_line_without_a_preflight(
+    tmp_path, process_group
+):
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    (root / "train" / "n09999999").mkdir()
+    with pytest.raises(SystemExit) as stopped:
+        run_vit.main(
+            ["--output_dir", str(tmp_path / "run"), "--model_name_or_path", "pycls-vit-tiny", "--img_size", str(IMG),
+             "--data_dir", str(root), "--per_device_train_batch_size", "2", "--max_steps", "2",
+             "--throughput_warmup_steps", "1", "--dataloader_num_workers", "0"]
+        )  # fmt: skip
+    assert stopped.value.code == (
+        f"run_vit.py: error: 1 of the 3 class folders of {root / 'train'} holds no image (.jpeg, .jpg, .png): "
+        f"{root / 'train' / 'n09999999'}; every class given is trained on: add its images or remove the folder"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "data, reason",
     [(b"\x89PNG torn", "OpenCV could not decode an image"), (b"", "an empty file (0 bytes)")],

@@ -715,6 +715,28 @@ def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
     assert str(caught.value) == f"bad image {bad}: {reason}; remove or replace the file"
 
 
+def test_a_class_folder_without_an_image_stops_the_trainer_in_one_line_without_a_preflight(tmp_path):
+    from tests.fakes import tiny_imagenet
+
+    root = tiny_imagenet(tmp_path / "imagenet")
+    for name in ("n09999998", "n09999999"):
+        (root / "train" / name).mkdir()
+    with pytest.raises(SystemExit) as stopped:
+        run_volo.main(
+            ["--output_dir", str(tmp_path / "run"), "--model_name_or_path", "volo_d1", "--model_kwargs_json",
+             json.dumps(TINY), "--data_dir", str(root), "--img_size", "32", "--token_label_size", "2", "--amp", "no",
+             "--per_device_train_batch_size", "2", "--max_steps", "2", "--throughput_warmup_steps", "1",
+             "--dataloader_num_workers", "0"]
+        )  # fmt: skip
+    train = root / "train"
+    assert stopped.value.code == (
+        f"run_volo.py: error: 2 of the 4 class folders of {train} hold no image (.jpeg, .jpg, .png): "
+        f"{train / 'n09999998'}, {train / 'n09999999'}; every class given is trained on: add its images or remove "
+        "the folder"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_trainer_stops_in_one_line_naming_the_bad_file_from_a_loader_worker(tmp_path):
     root = _imagenet_with(tmp_path / "imagenet", {"n01440764_9.JPEG": b"\xff\xd8 torn"})
     command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), "--model_name_or_path", "volo_d1",

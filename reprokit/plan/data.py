@@ -15,6 +15,7 @@ from reprokit.contract.errors import ReprokitError
 from reprokit.plan.recipes import DataKey, Recipe
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+LABEL_SUFFIXES = (".pt",)
 LAYOUTS = {
     "imagenet": "<root>/train/<class>/<image>.JPEG",
     "token_labels": "<root>/<class>/<image>.pt",
@@ -33,11 +34,35 @@ def parse(items: list[str]) -> dict[str, str]:
     return found
 
 
-def _first(folder: Path, pattern) -> Path | None:
-    for entry in sorted(folder.iterdir()):
-        if pattern(entry):
-            return entry
-    return None
+def _holds(folder: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether `folder` holds a file the trainer reads (a name with one of `suffixes`, a file or a link
+    to one, as the trainers list them); stops at the first."""
+    with os.scandir(folder) as entries:
+        return any(e.name.lower().endswith(suffixes) and e.is_file() for e in entries)
+
+
+def classes_without(where: str, folder: Path, suffixes: tuple[str, ...], what: str, layout: str) -> None:
+    """Refuse class folders of `folder` that hold nothing the trainer reads: it would count each as a
+    class (num_classes_data) and never train on it, less than was given. One line names them."""
+    classes = sorted(entry.path for entry in os.scandir(folder) if entry.is_dir())
+    try:
+        empty = [path for path in classes if not _holds(path, suffixes)]
+    except OSError as error:
+        raise ReprokitError(
+            f"{where}: class folder {error.filename} cannot be read ({error.strerror}): every class of the "
+            "given data must be readable"
+        ) from None
+    kinds = ", ".join(suffixes)
+    if len(empty) == len(classes):
+        raise ReprokitError(f"{where}: no {what}s under {folder}/<class>/ (expected {layout})")
+    if empty:
+        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        holds = "holds" if len(empty) == 1 else "hold"
+        raise ReprokitError(
+            f"{where}: {len(empty)} of its {len(classes)} class folders {holds} no {what} ({kinds}): {shown}; "
+            f"every class given is trained on (an empty one would be counted, never seen): add its {what}s or "
+            "remove the folder"
+        )
 
 
 def unreadable(where: str, folder: Path) -> None:
@@ -70,20 +95,10 @@ def check(key: str, spec: DataKey, given: str) -> str:
                 f"{where}: expected ImageNet's layout {LAYOUTS['imagenet']}; {train} is not there"
             )
         unreadable(where, train)
-        classes = [c for c in sorted(train.iterdir()) if c.is_dir()]
-        sample = next(
-            (i for c in classes[:5] if (i := _first(c, lambda e: e.suffix.lower() in IMAGE_SUFFIXES))), None
-        )
-        if sample is None:
-            raise ReprokitError(f"{where}: no images under {train}/<class>/ (expected {LAYOUTS['imagenet']})")
+        classes_without(where, train, IMAGE_SUFFIXES, "image", LAYOUTS["imagenet"])
     elif spec.layout == "token_labels":
         unreadable(where, path)
-        classes = [c for c in sorted(path.iterdir()) if c.is_dir()]
-        sample = next((f for c in classes[:5] if (f := _first(c, lambda e: e.suffix == ".pt"))), None)
-        if sample is None:
-            raise ReprokitError(
-                f"{where}: no label maps under {path}/<class>/ (expected {LAYOUTS['token_labels']})"
-            )
+        classes_without(where, path, LABEL_SUFFIXES, "label map", LAYOUTS["token_labels"])
     return str(path)
 
 

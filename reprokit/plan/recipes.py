@@ -6,6 +6,8 @@ shapes). Every error names the file, the key path and what was expected, on one 
 
 The kit's own recipes ship in this package, beside this file; a user's recipe folders (`--recipes
 DIR`, or the `recipes` setting) are searched after them, and any recipe file can be given by path.
+A name is one recipe: cells, results and their history are named by it, so two files that take one
+name (a file's name, or the `name:` it declares) are refused by every command that finds a recipe.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from reprokit.contract.errors import ReprokitError
@@ -55,20 +58,105 @@ def clash(name: str, first: Path, second: Path) -> ReprokitError:
     would hide the other or two would mix under it."""
     return ReprokitError(
         f"two recipes named {name!r}: {first} and {second}; a session's cells and results are named by "
-        "the recipe, so rename one (its file and its `name:`)"
+        f"the recipe, so rename the second (its `name:`, and its file if it is {name}.yaml)"
     )
 
 
-def available() -> list[str]:
-    """Recipe names, the kit's first, then the user's folders'; a user's recipe named like another is
-    refused, naming both files (it would be hidden by it)."""
+# The `name:` each recipe file declares, by (file, mtime, size): read once a process per version.
+_declared: dict[tuple[str, int, int], str | None] = {}
+_STR = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def declared_name(path: Path) -> str | None:
+    """The `name:` the recipe file `path` declares, read from its top level as a stream of parser events
+    (libyaml's: a few ms, nothing built, no recursion however deep the file); None where it declares
+    none that reads as a name (a file that is not a recipe is named by its file name alone, and
+    refused when it is loaded)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _declared:
+        _declared[key] = _read_name(path) if stat.st_size <= boundedyaml.MAX_BYTES else None
+    return _declared[key]
+
+
+class _Indirect(Exception):
+    """The name is an alias, or a merge key (`<<: *base`) may bring it: read it as loading does."""
+
+
+def _read_name(path: Path) -> str | None:
+    try:
+        return _scan_name(path.read_bytes())
+    except _Indirect:
+        try:
+            raw = boundedyaml.load(path, "recipe")
+        except ReprokitError:
+            return None
+        return raw.get("name") if isinstance(raw, dict) and isinstance(raw.get("name"), str) else None
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _scan_name(data: bytes) -> str | None:
+    depth, is_key, key, name = 0, True, None, None
+    documents = 0
+    for event in yaml.parse(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                return None  # loading refuses a file of several documents
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if depth == 0 and not isinstance(event, yaml.MappingStartEvent):
+                return None
+            if depth == 1 and not is_key and key == "name":
+                name = None  # a collection is no name
+            depth += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+            if depth == 1:
+                is_key = not is_key
+        elif depth == 1 and isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            if is_key:
+                key = event.value if isinstance(event, yaml.ScalarEvent) else None
+                if key == "<<" and event.implicit[0]:
+                    raise _Indirect
+            elif key == "name":
+                # As loading does: the last `name:` of the top level is the recipe's.
+                if isinstance(event, yaml.AliasEvent):
+                    raise _Indirect
+                tag = (
+                    event.tag
+                    if event.tag not in (None, "!")
+                    else _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+                )
+                name = event.value if tag == _STR else None
+            is_key = not is_key
+    return name
+
+
+def catalog() -> dict[str, Path]:
+    """Every name in the recipe folders (the kit's, then the user's), to its one file: a file is named
+    by its file name and by the `name:` it declares. A name two files take is refused, naming both:
+    one would hide the other, or run under its cell ids and mix into its results."""
     names: dict[str, Path] = {}
     for folder in search_dirs():
         for path in sorted(folder.glob("*.yaml")):
-            if path.stem in names and names[path.stem].resolve() != path.resolve():
-                raise clash(path.stem, names[path.stem], path)
-            names.setdefault(path.stem, path)
-    return list(names)
+            for name in dict.fromkeys((path.stem, declared_name(path))):
+                if name is None:
+                    continue
+                if name in names and names[name].resolve() != path.resolve():
+                    raise clash(name, names[name], path)
+                names.setdefault(name, path)
+    return names
+
+
+def available() -> list[str]:
+    """Recipe names (their file names), the kit's first, then the user's folders'; a name two files
+    take is refused (catalog)."""
+    return [name for name, path in catalog().items() if name == path.stem]
 
 
 def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
@@ -98,11 +186,16 @@ def resolve_path(name_or_path: str) -> Path:
     if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path("."):
         if not candidate.is_file():
             raise ReprokitError(f"recipe file {name_or_path} does not exist")
+        # A file given by path runs under the name it declares: another recipe's is refused (the kit's
+        # own file given by path is that recipe, not a clash).
+        name = declared_name(candidate)
+        known = catalog().get(name) if name else None
+        if known is not None and known.resolve() != candidate.resolve():
+            raise clash(name, known, candidate)
         return candidate
-    for folder in search_dirs():
-        path = folder / f"{name_or_path}.yaml"
-        if path.is_file():
-            return path
+    path = catalog().get(name_or_path)
+    if path is not None and path.stem == name_or_path:
+        return path
     raise ReprokitError(f"unknown recipe {name_or_path!r}; known recipes: {', '.join(available()) or 'none'}")
 
 

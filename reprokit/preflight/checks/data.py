@@ -1,5 +1,6 @@
 """Data and checkpoint: what each cell would train on. Given folders (--data) are sampled and decoded,
-naming any bad file; a given Hugging Face cache must hold the dataset (at the pinned revision's size)
+naming any bad file, and a class folder none of whose images decodes (planning has refused one that
+holds none: plan/data.py); a given Hugging Face cache must hold the dataset (at the pinned revision's size)
 and the checkpoint, and is read through a writable view where it is read-only. Without --data, a
 published cell needs the hub (where its data is a hub dataset), or it would train on synthetic data and
 not be judged."""
@@ -12,7 +13,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from reprokit.plan.data import IMAGE_SUFFIXES
+from reprokit.plan.data import IMAGE_SUFFIXES, LABEL_SUFFIXES
 from reprokit.plan.recipes import DataKey, Recipe
 from reprokit.preflight.checks import storage
 from reprokit.preflight.checks.base import Check
@@ -55,6 +56,23 @@ def sample(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
         )
         files += [Path(folder) / name for name in names[:per_class]]
     return files[:SAMPLE]
+
+
+def unreadable_classes(sampled: list[Path], bad: set[Path], suffixes: tuple[str, ...]) -> list[Path]:
+    """The class folders the sample read whole and found not one good file in: once its bad files are
+    removed, such a class is empty, and the trainer would count it and never see it."""
+    by_class: dict[Path, list[Path]] = {}
+    for path in sampled:
+        by_class.setdefault(path.parent, []).append(path)
+    dead = []
+    for folder, files in by_class.items():
+        if not all(path in bad for path in files):
+            continue
+        with os.scandir(folder) as entries:
+            held = sum(1 for e in entries if e.name.lower().endswith(suffixes) and e.is_file())
+        if held == len(files):
+            dead.append(folder)
+    return dead
 
 
 def image_problem(path: Path) -> str | None:
@@ -105,11 +123,13 @@ class Data(Check):
             where = Path(path)
             if spec.layout == "imagenet":
                 found += self._decoded(
-                    key, sample(where / "train", IMAGE_SUFFIXES), image_problem, "image", cells,
+                    key, sample(where / "train", IMAGE_SUFFIXES), IMAGE_SUFFIXES, image_problem, "image", cells,
                     self._classes(where / "train", recipe),
                 )  # fmt: skip
             elif spec.layout == "token_labels":
-                found += self._decoded(key, sample(where, (".pt",)), label_map_problem, "label map", cells)
+                found += self._decoded(
+                    key, sample(where, LABEL_SUFFIXES), LABEL_SUFFIXES, label_map_problem, "label map", cells
+                )
             else:
                 found += self._hub_cache(context, key, where, recipe, cells)
         found += self._without_data(context)
@@ -126,12 +146,32 @@ class Data(Check):
         return f"{given} class folder(s) ({recipe.dataset.id} has {published}: the run records the count it trained on); "
 
     def _decoded(
-        self, key: str, files: list[Path], problem, what: str, cells: tuple[str, ...], classes: str = ""
+        self,
+        key: str,
+        files: list[Path],
+        suffixes: tuple[str, ...],
+        problem,
+        what: str,
+        cells: tuple[str, ...],
+        classes: str = "",
     ) -> list[Finding]:
         bad = [(path, why) for path in files if (why := problem(path))]
         if bad:
             path, why = bad[0]
             more = f" (and {len(bad) - 1} more of the {len(files)} sampled)" if len(bad) > 1 else ""
+            dead = unreadable_classes(files, {p for p, _ in bad}, suffixes)
+            if dead:
+                shown = ", ".join(map(str, dead[:5])) + (
+                    f" and {len(dead) - 5} more" if len(dead) > 5 else ""
+                )
+                return [
+                    self.finding(
+                        f"--data {key}: not one {what} of class folder(s) {shown} reads (bad {what} {path}: {why}"
+                        f"{more}); every class given is trained on: replace its {what}s or remove the folder",
+                        True,
+                        cells,
+                    )
+                ]
             return [
                 self.finding(
                     f"--data {key}: bad {what} {path}: {why}; remove or replace it{more}", True, cells

@@ -3,7 +3,8 @@
 Throughput is what the kit measures, so the data path must cost what the published one costs:
 
 - ``ImageFolderSource`` reads ImageNet's ``<root>/train/<class>/*.JPEG`` layout (classes sorted,
-  as torchvision's ImageFolder and timm number them);
+  as torchvision's ImageFolder and timm number them; a class folder it cannot read or that holds no
+  image is refused, never counted and left out);
 - ``SyntheticImageSource`` serves real JPEG bytes of ImageNet's typical sizes (synthetic.py)
   from a pool built once per process, so every sample is decoded and augmented for real; with
   ``REPROKIT_SYNTHETIC_FILES`` set (a bare node's runner sets it) the pool is JPEG files in that
@@ -115,6 +116,7 @@ class ImageFolderSource:
         self.root = base
         self.classes = classes
         self.samples: list[tuple[str, int]] = []
+        empty: list[str] = []
         for label, name in enumerate(classes):
             try:
                 entries = list(os.scandir(base / name))
@@ -129,8 +131,20 @@ class ImageFolderSource:
                 if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS)
             )
             self.samples += [(f"{name}/{file}", label) for file in files]
+            if not files:
+                empty.append(str(base / name))
         if not self.samples:
             raise ValueError(f"no images under {base}/<class>/ (extensions {', '.join(IMAGE_EXTENSIONS)})")
+        if empty:
+            # A class with no image would be counted (num_classes_data, the labels' range) and never
+            # trained on: less than was given, in silence.
+            shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            holds = "holds" if len(empty) == 1 else "hold"
+            raise ValueError(
+                f"{len(empty)} of the {len(classes)} class folders of {base} {holds} no image "
+                f"({', '.join(IMAGE_EXTENSIONS)}): {shown}; every class given is trained on: add its images or "
+                "remove the folder"
+            )
 
     @property
     def num_classes(self) -> int:
