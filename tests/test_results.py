@@ -40,7 +40,7 @@ def _reproducing(recipe: Path, out: Path) -> Iterator[subprocess.Popen]:
     """`inv reproduce` in its own process group, signalled as a whole like Ctrl-C in a terminal or
     `kill -- -PGID`; killed if the test leaves it running."""
     proc = subprocess.Popen(
-        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
+        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out)],
         cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )  # fmt: skip
@@ -110,7 +110,7 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     assert [(r["status"]) for r in table.values()] == ["ok", "interrupted", "not started"]
 
     # --resume alone: the plan (recipe file, accelerator, scale, runtime) comes from session.json.
-    resumed = run_inv("resume", session_dir.name, "--out", str(out), env=fake_env())
+    resumed = run_inv("resume", session_dir.name, "--results", str(out), env=fake_env())
     assert resumed.returncode == 0, resumed.stderr
     assert "fake--first: complete, not rerun" in resumed.stderr
     assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
@@ -178,7 +178,7 @@ def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path,
 def test_resume_refuses_flags_that_would_plan_other_cells(tmp_path):
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "only", "args": {"fake_rate": 10}}])
     out = tmp_path / "results"
-    first = run_inv("reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env())
+    first = run_inv("reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out), env=fake_env())
     assert first.returncode == 0, first.stderr
     (session_dir,) = out.iterdir()
     result = run_inv(
@@ -203,7 +203,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     out = tmp_path / "results"
     started = time.monotonic()
     result = run_inv(
-        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), "--timeout", "2",
+        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out), "--timeout", "2",
         env=fake_env(),
     )  # fmt: skip
     assert time.monotonic() - started < 30
