@@ -609,7 +609,7 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
     started = time.monotonic()
     outcome = run_in_docker(cell, run_dir, timeout=5, progress=seen.append)
     assert time.monotonic() - started < 60
-    assert outcome["status"] == "timeout" and outcome["error"] == "timeout"
+    assert outcome["status"] == "timeout" and outcome["error"] == "timeout after 5 s"
     assert seen and seen[0].startswith("running ")
     assert not leftover_containers(engine, run_dir)
 

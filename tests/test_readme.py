@@ -112,3 +112,23 @@ def test_no_page_comment_or_help_names_a_workplaces_tooling():
             if pattern.search(text):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {text.strip()[:120]}")
     assert found == []
+
+
+def test_the_readme_lists_every_status_a_cell_can_have_with_its_meaning():
+    """Before, results.csv said `not started` (and `incomplete`) where README.md listed only `failed`,
+    `timeout`, `interrupted`, `skipped`: a user could not tell a cell never reached from one skipped."""
+    from reprokit.contract import records
+
+    (row,) = [
+        text for text in (ROOT / "README.md").read_text().splitlines() if text.startswith("| `no result` |")
+    ]
+    # summary.json's statuses (the trainers' and the kit's), then a row's own where no summary says one.
+    statuses = [s for s in records.CONTRACT["statuses"] if s != "ok"] + [
+        "not started",
+        "incomplete",
+        "unreadable",
+    ]
+    for status in statuses:
+        # Each named, with what it means beside it (in brackets after the word).
+        assert re.search(rf"`{status}` \(\w", row), status
+    assert set(records.ROW_STATUSES) <= set(statuses)

@@ -112,3 +112,22 @@ def test_the_results_folders_old_flag_name_as_a_settings_key_is_refused_naming_t
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert str(tmp_path / "reprokit.yaml") in last and "'out' (did you mean 'results'?)" in last
+
+
+def test_a_timeout_set_by_the_settings_names_the_setting_and_its_limit(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"runtime": "local", "timeout": 1}))
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml", [{"name": "hang", "baseline": True, "args": {"fake_hang": True}}]
+    )
+    result = run_inv(
+        "--search-root", str(ROOT), "run", str(recipe), *CPU_SMOKE, "--container", "none", "--results", "out",
+        cwd=tmp_path, env=fake_env(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    (session,) = (tmp_path / "out").iterdir()
+    summary = json.loads((session / "runs" / "fake--hang" / "summary.json").read_text())
+    # Before: `timeout`, which said neither the limit nor where it came from (no flag was given).
+    assert (summary["status"], summary["error"]) == (
+        "timeout",
+        "timeout after 1 s (the `timeout` setting, 1)",
+    )
