@@ -194,7 +194,7 @@ def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
         # pipx installs with pip into a venv of its own: the same install, here into a fresh venv.
         python = _fresh_venv(target)
         done = subprocess.run(
-            [*PIP_INTO, str(python), "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-index",
+            [*PIP_INTO, str(python), "install", "--quiet", "--disable-pip-version-check", "--no-deps",
              *requirement],
             cwd=source, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
