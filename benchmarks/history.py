@@ -47,7 +47,7 @@ def real_session(folder: Path) -> Path:
     out = folder / "made"
     done = subprocess.run(
         [sys.executable, "-m", "invoke", "run", str(recipe), "--accelerator", "cpu", "--scale", "smoke",
-         "--runtime", "local", "--out", str(out)],
+         "--runtime", "local", "--results", str(out)],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, **fake_env(), "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     if done.returncode != 0:

@@ -5,5 +5,6 @@ sides meet only in the run directory.
 """
 
 __version__ = "0.1.0"
-# The name on the package index (its `reprokit` is another project); the command and package are `reprokit`.
+# The distribution's name, installed from a checkout or a wheel (it is not on the package index, whose
+# `reprokit` is another project); the command and package are `reprokit`.
 DISTRIBUTION = "reprokit-bench"

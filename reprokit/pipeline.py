@@ -98,30 +98,17 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
             resume=bool(resume),
             timeout=request.timeout,
             runtime_options=request.runtime_options or None,
+            timeout_set_by=_timeout_set_by(request),
         )
     except KeyboardInterrupt:
-        # results.csv still says what the run directories say, interrupted cell included.
-        unwritten = _results(session_dir, collect.collect)
-        if isinstance(unwritten, str):
-            console.print(f"[red]results not written[/red]: {escape(unwritten)}")
+        # The table and the report as at the end of any session: what the run directories say,
+        # interrupted cell included. The interrupt's exit code follows.
+        _reported(session_dir)
         console.print(f"Interrupted. Finish the session with: {command()} resume {session_dir}")
         raise
     except supervise.SessionStopped as exc:
         stopped, outcomes = str(exc), exc.outcomes
-    written = _results(session_dir, report.write)
-    if isinstance(written, str):
-        unwritten, written = written, None
-        console.print(f"[red]results not written[/red]: {escape(unwritten)}")
-    else:
-        unwritten = None
-    if written is not None:
-        for said in [*(s.skipped() for s in written.skipped), *collect.kept_lines(written.table)]:
-            console.print(said, markup=False, highlight=False)
-        terminal.print_table(written.table)
-        console.print(
-            f"Report: {written.html} ({written.markdown.name})\n"
-            f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
-        )
+    written, unwritten = _reported(session_dir)
     failed = [o for o in outcomes if o.get("status") != "ok"]
     left = len(the_plan.cells) - len(outcomes)
     if stopped is not None:
@@ -145,6 +132,36 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
             f"rerun them with: {command()} resume {session_dir}"
         )
     return session_dir
+
+
+def _timeout_set_by(request: Request) -> str | None:
+    """What set the limit a cell may run (for a timeout's error): --timeout, or the `timeout` setting."""
+    if request.timeout is None:
+        return None
+    limit = rundirs.seconds_text(request.timeout)
+    setting = ((request.settings or {}).get("values") or {}).get("timeout")
+    try:
+        from_setting = setting is not None and float(setting) == request.timeout
+    except (TypeError, ValueError):
+        from_setting = False
+    return f"the `timeout` setting, {limit}" if from_setting else f"--timeout {limit}"
+
+
+def _reported(session_dir: Path) -> tuple[report.Written | None, str | None]:
+    """results.csv, the report and the terminal table of the session; when the storage refused them,
+    why (said here, and returned for the session's last line)."""
+    written = _results(session_dir, report.write)
+    if isinstance(written, str):
+        console.print(f"[red]results not written[/red]: {escape(written)}")
+        return None, written
+    for said in [*(s.skipped() for s in written.skipped), *collect.kept_lines(written.table)]:
+        console.print(said, markup=False, highlight=False)
+    terminal.print_table(written.table)
+    console.print(
+        f"Report: {written.html} ({written.markdown.name})\n"
+        f"TensorBoard: tensorboard --logdir {session_dir / 'tensorboard'}"
+    )
+    return written, None
 
 
 def _results(session_dir: Path, write: Callable[[Path], Any]) -> Any:

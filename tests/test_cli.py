@@ -58,25 +58,29 @@ def test_a_bad_value_is_one_line_naming_the_flag(flags, expected):
     assert line.startswith(f"reprokit: {expected}")
 
 
-def test_out_naming_a_file_is_refused(tmp_path):
+def test_results_naming_a_file_is_refused(tmp_path):
     file = tmp_path / "taken"
     file.write_text("")
-    result = run_inv("reproduce", "bridgetower", *CPU_DRY, "--out", str(file))
+    result = run_inv("reproduce", "bridgetower", *CPU_DRY, "--results", str(file))
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == f"reprokit: --out {file}: a file is there; give a folder to write into"
+    assert (
+        result.stderr.strip() == f"reprokit: --results {file}: a file is there; give a folder to write into"
+    )
 
 
 @pytest.mark.parametrize("where", ["/proc/self", "under a file", "/proc/self/new/results"])
-def test_out_where_no_folder_can_be_made_is_refused_in_one_line_before_anything_runs(tmp_path, where):
+def test_results_where_no_folder_can_be_made_is_refused_in_one_line_before_anything_runs(tmp_path, where):
     if where == "under a file":
         (tmp_path / "taken").write_text("")
         where = str(tmp_path / "taken" / "results")
     # Not a dry run: before, the session's folder was made after planning, and /proc/self refused it
     # with FileNotFoundError and its traceback.
-    result = run_inv("reproduce", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--out", where)
+    result = run_inv(
+        "reproduce", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--results", where
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (said,) = result.stderr.strip().splitlines()
-    assert said.startswith(f"reprokit: --out {where}: the kit cannot make a folder there (")
+    assert said.startswith(f"reprokit: --results {where}: the kit cannot make a folder there (")
     assert said.endswith("); give a folder it can write into")
     assert not (tmp_path / "taken").is_dir()
 
@@ -84,7 +88,7 @@ def test_out_where_no_folder_can_be_made_is_refused_in_one_line_before_anything_
 def test_resume_refuses_a_folder_that_is_not_a_session(tmp_path):
     dataset = tmp_path / "imagenet"
     (dataset / "train").mkdir(parents=True)
-    result = run_inv("resume", str(dataset), "--out", str(tmp_path))
+    result = run_inv("resume", str(dataset), "--results", str(tmp_path))
     assert result.returncode != 0
     assert (
         result.stderr.strip()
@@ -138,7 +142,7 @@ def test_a_variant_left_out_beside_others_that_run_is_named():
 
 def test_several_nodes_with_the_local_runtime_are_refused_before_anything_runs(tmp_path):
     result = run_inv("reproduce", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--nodes", "2",
-                     "--runtime", "local", "--out", str(tmp_path))  # fmt: skip
+                     "--runtime", "local", "--results", str(tmp_path))  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "reprokit: --nodes 2: the local runtime runs cells on this machine only; several nodes need --runtime slurm"
@@ -203,7 +207,7 @@ def test_hints_name_the_command_the_user_ran(monkeypatch, argv0, expected):
 
 
 def test_preflight_with_no_recipe_checks_every_recipe(tmp_path):
-    result = run_inv("preflight", "--accelerator", "cpu", "--no-steps", "--out", str(tmp_path))
+    result = run_inv("preflight", "--accelerator", "cpu", "--no-steps", "--results", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "Preflight of 16 cell(s): cpu, smoke scale, every recipe"
 
@@ -238,7 +242,7 @@ def _half_done_session(tmp_path):
     ])  # fmt: skip
     out = tmp_path / "results"
     ran = run_inv("run", str(recipe), "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-                  "--container", "none", "--out", str(out), env=fake_env())  # fmt: skip
+                  "--container", "none", "--results", str(out), env=fake_env())  # fmt: skip
     assert ran.returncode == 1, ran.stderr  # one cell did not complete
     (session,) = [p for p in out.iterdir() if p.is_dir()]
     return out, session
@@ -249,7 +253,7 @@ def test_a_resumes_dry_run_lists_only_what_would_run_in_the_sessions_own_folder(
     from tests.fakes import fake_env
 
     out, session = _half_done_session(tmp_path)
-    result = run_inv(*command, "--out", str(out), "--dry-run", env=fake_env())
+    result = run_inv(*command, "--results", str(out), "--dry-run", env=fake_env())
     assert result.returncode == 0, result.stderr
     assert "# complete, kept (not rerun): fake--done" in result.stdout
     planned = [

@@ -103,7 +103,7 @@ def test_build_dry_run_with_a_wheelhouse_serves_it_on_localhost_and_uses_the_hos
 def test_docker_run_dry_run_prints_the_container_command_with_secrets_by_name_only():
     result = run_inv(
         "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
-        "--variant", "workers0", "--dry-run", "--out", "/tmp/reprokit-out",
+        "--variant", "workers0", "--dry-run", "--results", "/tmp/reprokit-out",
         env={"HF_TOKEN": SECRET},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -256,12 +256,22 @@ def test_a_served_wheelhouse_lists_its_wheels_on_localhost(tmp_path):
     "args",
     [
         ("build", "--accelerator", "cpu"),
-        ("run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke", "--out"),
+        (
+            "run",
+            "bridgetower",
+            "--runtime",
+            "docker",
+            "--accelerator",
+            "cpu",
+            "--scale",
+            "smoke",
+            "--results",
+        ),
     ],
     ids=["build", "run"],
 )
 def test_without_an_engine_build_and_the_docker_runtime_say_so_in_one_line(tmp_path, args):
-    result = run_inv(*args, *([str(tmp_path)] if args[-1] == "--out" else []), env=NO_ENGINE)
+    result = run_inv(*args, *([str(tmp_path)] if args[-1] == "--results" else []), env=NO_ENGINE)
     assert result.returncode == 2, result.stdout + result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert (
@@ -599,7 +609,7 @@ def test_a_cell_past_its_timeout_is_stopped_and_recorded(engine, cpu_image, tmp_
     started = time.monotonic()
     outcome = run_in_docker(cell, run_dir, timeout=5, progress=seen.append)
     assert time.monotonic() - started < 60
-    assert outcome["status"] == "timeout" and outcome["error"] == "timeout"
+    assert outcome["status"] == "timeout" and outcome["error"] == "timeout after 5 s"
     assert seen and seen[0].startswith("running ")
     assert not leftover_containers(engine, run_dir)
 
@@ -741,7 +751,7 @@ def test_the_bridgetower_smoke_cell_runs_in_the_cpu_image(engine, cpu_image, tmp
     started = time.monotonic()
     result = run_inv(
         "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
-        "--variant", "workers0", "--out", str(tmp_path), timeout=900,
+        "--variant", "workers0", "--results", str(tmp_path), timeout=900,
     )  # fmt: skip
     seconds = time.monotonic() - started
     print(f"\nbridgetower smoke cell in the cpu image: {seconds:.0f}s")
@@ -804,7 +814,7 @@ def test_a_read_only_dataset_cache_is_trained_on_as_given_in_the_image(engine, c
     before = sorted(str(p) for p in cache.rglob("*"))
     result = run_inv(
         "run", "bridgetower", "--runtime", "docker", "--accelerator", "cpu", "--scale", "smoke",
-        "--variant", "workers0", "--data", f"dataset_cache={cache}", "--out", str(tmp_path / "out"), timeout=900,
+        "--variant", "workers0", "--data", f"dataset_cache={cache}", "--results", str(tmp_path / "out"), timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (session,) = (tmp_path / "out").iterdir()

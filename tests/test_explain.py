@@ -78,7 +78,7 @@ def profiled_session(tmp_path):
         ],
     )  # fmt: skip
     results = tmp_path / "results"
-    done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), "--profile", env=fake_env())
+    done = run_inv("run", str(recipe), *CPU_SMOKE, "--results", str(results), "--profile", env=fake_env())
     assert done.returncode == 0, done.stderr
     (session,) = [p for p in results.iterdir() if (p / "results.jsonl").exists()]
     return session
@@ -131,7 +131,7 @@ def test_compare_compares_samples_per_joule_too(tmp_path):
                 }
             ],
         )
-        done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), env=fake_env())
+        done = run_inv("run", str(recipe), *CPU_SMOKE, "--results", str(results), env=fake_env())
         assert done.returncode == 0, done.stderr
     compared = run_inv("compare", "--results", str(results))
     assert compared.returncode == 0, compared.stderr

@@ -52,7 +52,7 @@ def _alive(pid: int) -> bool:
 def _kit(recipe: Path, out: Path, env: dict | None = None) -> Iterator[subprocess.Popen]:
     """`inv reproduce` in a process group of its own (cleaned up whatever the test does)."""
     proc = subprocess.Popen(
-        [*INV, "reproduce", str(recipe), *CPU, "--out", str(out)],
+        [*INV, "reproduce", str(recipe), *CPU, "--results", str(out)],
         cwd=ROOT, env={**os.environ, **fake_env(), **(env or {})}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
@@ -119,7 +119,7 @@ def test_resume_refuses_to_start_a_second_trainer_beside_a_live_one(tmp_path):
 def test_a_trainer_killed_by_a_signal_is_recorded_with_the_signal_not_its_last_line(tmp_path):
     recipe = fake_recipe(tmp_path / "r.yaml", [{"name": "killed", "args": {"fake_kill_self": True}}])
     out = tmp_path / "results"
-    done = run_inv("reproduce", str(recipe), *CPU, "--out", str(out), env=fake_env())
+    done = run_inv("reproduce", str(recipe), *CPU, "--results", str(out), env=fake_env())
     assert done.returncode == 1
     (summary,) = out.glob("*/runs/fake--killed/summary.json")
     found = json.loads(summary.read_text())
@@ -142,7 +142,7 @@ def test_a_full_disk_ends_the_cell_in_one_line_stops_the_session_and_leaves_no_t
     out.mkdir()
     # The kit on a 1 MiB disk; what it left is listed before the namespace (and its tmpfs) goes.
     script = (
-        f'{" ".join(INV)} reproduce {recipe} {" ".join(CPU)} --out {out}; echo "exit=$?"; '
+        f'{" ".join(INV)} reproduce {recipe} {" ".join(CPU)} --results {out}; echo "exit=$?"; '
         f"find {out} -name '.*tmp*' -printf 'temporary %p\\n'; find {out} -name summary.json -printf 'summary %p\\n'"
     )
     done = faultfs.run(
@@ -175,7 +175,7 @@ def test_a_results_folder_that_fills_after_the_cells_measured_ends_the_session_n
             {"name": "c", "args": {"fake_rate": 5, "fake_fill_after": str(out / "someone-elses.bin")}},
         ],
     )
-    script = f'{" ".join(INV)} reproduce {recipe} {" ".join(CPU)} --out {out}; echo "exit=$?"'
+    script = f'{" ".join(INV)} reproduce {recipe} {" ".join(CPU)} --results {out}; echo "exit=$?"'
     done = faultfs.run(
         ["sh", "-c", script], tiny={out: "2m"}, cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, **fake_env()},
@@ -222,7 +222,7 @@ def test_a_second_session_on_the_machine_waits_for_the_first(tmp_path):
     with _kit(first, tmp_path / "a", locks) as kit:
         _trainer_pid(tmp_path / "a", "fake--first")
         waited = run_inv(
-            "reproduce", str(second), *CPU, "--out", str(tmp_path / "b"), env={**fake_env(), **locks}
+            "reproduce", str(second), *CPU, "--results", str(tmp_path / "b"), env={**fake_env(), **locks}
         )
         assert kit.wait(60) == 0
     assert waited.returncode == 0, waited.stderr

@@ -28,7 +28,7 @@ def session(tmp_path_factory) -> Path:
     """One smoke session of the ViT ladder's baseline, run through the kit as a user runs it."""
     results = tmp_path_factory.mktemp("formats") / "results"
     done = run_inv("run", "vit-speedups", "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-                   "--container", "none", "--variant", "baseline", "--out", str(results))  # fmt: skip
+                   "--container", "none", "--variant", "baseline", "--results", str(results))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (found,) = results.iterdir()
     return found
@@ -172,7 +172,7 @@ def test_the_mlflow_export_carries_energy_breakdown_step_times_and_the_git_commi
     )  # fmt: skip
     results = tmp_path / "results"
     done = run_inv("run", str(recipe), "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-                   "--out", str(results), env=fake_env())  # fmt: skip
+                   "--results", str(results), env=fake_env())  # fmt: skip
     assert done.returncode == 0, done.stderr
     (folder,) = results.iterdir()
     exported = run_inv("export-results", str(folder))

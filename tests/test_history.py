@@ -23,7 +23,7 @@ CPU_SMOKE = ("--accelerator", "cpu", "--scale", "smoke", "--runtime", "local")
 
 
 def _session(results, recipe, *extra: str) -> str:
-    done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), *extra, env=fake_env())
+    done = run_inv("run", str(recipe), *CPU_SMOKE, "--results", str(results), *extra, env=fake_env())
     assert done.returncode == 0, done.stderr
     return sorted(p.name for p in results.iterdir() if (p / "results.jsonl").exists())[-1]
 
@@ -211,7 +211,9 @@ def test_an_mlflow_export_is_read_back_by_mlflows_own_client(two_sessions):
 def _new_session(results, recipe, env: dict | None = None) -> str:
     """Run one session; the name of the folder it made (whatever its name sorts as)."""
     before = set(results.iterdir()) if results.exists() else set()
-    done = run_inv("run", str(recipe), *CPU_SMOKE, "--out", str(results), env={**fake_env(), **(env or {})})
+    done = run_inv(
+        "run", str(recipe), *CPU_SMOKE, "--results", str(results), env={**fake_env(), **(env or {})}
+    )
     assert done.returncode == 0, done.stderr
     (made,) = set(results.iterdir()) - before
     return made.name

@@ -1,5 +1,7 @@
 """The kit installs like a tool: a non-editable install, in a fresh venv outside any checkout, has the
-`reprokit` command with every task, its recipes, profiles, templates and trainers."""
+`reprokit` command with every task, its recipes, profiles, templates and trainers. It is not on the
+package index: every install line of the pages, and every install command the kit prints, takes it
+from a checkout or a wheel, never by name."""
 
 from __future__ import annotations
 
@@ -74,9 +76,9 @@ def installed(built, tmp_path_factory) -> Path:
     return where / "venv" / "bin"
 
 
-def readme_install_lines() -> list[str]:
-    """Every `pip install` and `pipx install` the README shows, in its code blocks and its text."""
-    text = (ROOT / "README.md").read_text()
+def readme_install_lines(page: Path = ROOT / "README.md") -> list[str]:
+    """Every `pip install` and `pipx install` a page shows, in its code blocks and its text."""
+    text = page.read_text()
     found = []
     for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
         for line in block.splitlines():
@@ -87,24 +89,113 @@ def readme_install_lines() -> list[str]:
     return list(dict.fromkeys(found))
 
 
+# What names the kit on an index: its distribution, and `reprokit`, which there is another project's.
+KIT_NAMES = {re.sub(r"[-_.]+", "-", DISTRIBUTION).lower(), "reprokit"}
+WHEEL = f"{DISTRIBUTION.replace('-', '_')}-"  # a wheel's file name: the distribution, then its version
+
+
+def by_name(line: str) -> list[str]:
+    """The requirements of an install line that take the kit by name from an index (where it is not):
+    each that is not a path (`.`, `.[train]`, `dist/x.whl`, `/abs`, `file:`) and names the kit."""
+    words = shlex.split(line)[2:]
+    found = []
+    for word in words:
+        if word.startswith("-") or word.startswith((".", "/", "~", "file:")) or "/" in word:
+            continue
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", word)
+        if name and re.sub(r"[-_.]+", "-", name.group()).lower() in KIT_NAMES:
+            found.append(word)
+    return found
+
+
+def _pages() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    return [ROOT / name for name in filter(None, listed.decode().split("\0"))]
+
+
+def test_no_page_installs_the_kit_by_name_from_an_index():
+    """Before, README.md's "pip install 'reprokit-bench[train]'  # from the package index" and
+    reprokit/report/README.md's "reprokit-bench[mlflow]": no index has the kit (pip: No matching
+    distribution), and one resolved against the checkout's own wheel (--no-index) passed all the same."""
+    found = {
+        f"{page.relative_to(ROOT)}: {line}": by_name(line)
+        for page in _pages()
+        for line in readme_install_lines(page)
+        if by_name(line)
+    }
+    assert found == {}
+
+
+def test_the_readmes_install_lines_take_this_checkout_or_its_wheel():
+    lines = readme_install_lines()
+    assert any("[train]" in line for line in lines), lines
+    for line in lines:
+        for word in shlex.split(line)[2:]:
+            if word.startswith("-"):
+                continue
+            if word.split("[")[0] == ".":
+                assert (ROOT / "pyproject.toml").read_text().count(f'name = "{DISTRIBUTION}"') == 1, line
+            else:  # a wheel this kit builds: its distribution's file name
+                assert Path(word).name.startswith(WHEEL) and word.endswith(".whl"), line
+
+
+@pytest.mark.parametrize(
+    "direct_url, expected",
+    [
+        ({"url": "file:///home/u/dist/reprokit_bench-0.1.0-py3-none-any.whl", "archive_info": {}},
+         "pip install '/home/u/dist/reprokit_bench-0.1.0-py3-none-any.whl[train]'"),
+        ({"url": "file:///home/u/my%20kit", "dir_info": {"editable": True}}, "pip install -e '/home/u/my kit[train]'"),
+        ({"url": "file:///home/u/kit", "dir_info": {}}, "pip install '/home/u/kit[train]'"),
+        ({"url": "https://example.org/reprokit_bench-0.1.0-py3-none-any.whl", "archive_info": {}},
+         "pip install 'reprokit-bench[train] @ https://example.org/reprokit_bench-0.1.0-py3-none-any.whl'"),
+    ],
+    ids=["wheel", "editable checkout", "checkout", "url"],
+)  # fmt: skip
+def test_the_kit_names_the_install_of_an_extra_from_where_it_came(
+    monkeypatch, tmp_path, direct_url, expected
+):
+    """Before, the train and mlflow extras' lines said `pip install 'reprokit-bench[train]'`, which no
+    index serves."""
+    from importlib import metadata
+
+    from reprokit.contract import installed
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            return json.dumps(direct_url) if name == "direct_url.json" else None
+
+    monkeypatch.setattr(installed, "CHECKOUT", tmp_path / "site-packages")  # installed, not a checkout
+    monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
+    assert installed.pip_install("train") == expected
+
+
+def test_a_kit_that_runs_from_a_checkout_is_installed_from_that_checkout():
+    from reprokit.contract import installed
+
+    assert installed.pip_install("mlflow") == f"pip install -e '{ROOT}[mlflow]'"
+
+
 @pytest.mark.slow
 def test_every_install_line_of_the_readme_installs_this_kit(built, tmp_path):
     source, wheel_dir = built
     lines = readme_install_lines()
-    # The index's `reprokit` is another project's: the README installs the kit by its own name.
-    assert any(f"{DISTRIBUTION}[train]" in line for line in lines), lines
-    assert not [line for line in lines if re.search(r"\breprokit\[", line)], lines
     for number, line in enumerate(lines):
+        # Nothing resolves against the index or against the checkout's wheel by name: the line takes the
+        # kit from where it says, the checkout (built from its files) or the wheel (this one's, built).
+        assert not by_name(line), line
         words = shlex.split(line)
-        requirement = words[2:]
+        requirement = [
+            str(next(wheel_dir.glob(Path(word).name))) if word.endswith(".whl") else word
+            for word in words[2:]
+        ]
         target = tmp_path / f"venv{number}"
         # pipx installs with pip into a venv of its own: the same install, here into a fresh venv.
         python = _fresh_venv(target)
-        # A name resolves to this checkout's wheel (never the index's); a path is built from the checkout.
-        where = [] if requirement[0].startswith(".") else ["--no-index", "--find-links", str(wheel_dir)]
         done = subprocess.run(
             [*PIP_INTO, str(python), "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-             *where, *requirement],
+             *requirement],
             cwd=source, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, f"{line}: {done.stderr[-2000:]}"
@@ -133,7 +224,7 @@ def _run(bin_dir: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_path):
+def test_a_wheel_installed_outside_the_checkout_runs_every_task(built, installed, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     version = _run(installed, elsewhere, str(installed / "python"), "-m", "reprokit", "--version")
@@ -174,11 +265,13 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(installed, tmp_p
 
     # Without the train extra, the trainers cannot run in this Python: said before the first cell.
     smoke = ("reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-             "--variant", "workers0", "--out", str(elsewhere / "results"))  # fmt: skip
+             "--variant", "workers0", "--results", str(elsewhere / "results"))  # fmt: skip
     refused = _run(installed, elsewhere, *smoke)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    # From the wheel it was installed from: the index has no kit to give.
+    (wheel,) = built[1].glob(f"{WHEEL}*.whl")
     assert (
-        "install the kit with its train extra (pip install 'reprokit-bench[train]')"
+        f"install the kit with its train extra (pip install '{wheel}[train]')"
         in refused.stderr.splitlines()[-1]
     )
     assert not list((elsewhere / "results").glob("*/runs/*/stdout.log"))
@@ -194,7 +287,7 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_smoke_cell(installed, tmp
     )
     try:
         done = _run(installed, tmp_path, "reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke",
-                    "--runtime", "local", "--variant", "workers0", "--out", str(tmp_path / "results"))  # fmt: skip
+                    "--runtime", "local", "--variant", "workers0", "--results", str(tmp_path / "results"))  # fmt: skip
     finally:
         (site / "zz-train-extra.pth").unlink()
     assert done.returncode == 0, done.stderr[-3000:]

@@ -123,7 +123,7 @@ def test_every_command_that_takes_latest_passes_over_a_session_whose_results_can
     out, err = capsys.readouterr()
     assert err.splitlines() == [said] and f"-> {results / 'a' / 'results.csv'}" in out
     edit_json(b / "session.json", {"devices": 1})  # planned again here, a machine without a GPU
-    resumed = run_inv("resume", "latest", "--out", str(results), "--dry-run")
+    resumed = run_inv("resume", "latest", "--results", str(results), "--dry-run")
     assert f"# resuming {b.resolve()}" in resumed.stdout and said in resumed.stderr.splitlines()
     assert not report_md.exists() and not (c / "report.md").exists()
 

@@ -1,5 +1,6 @@
 """Progress on long sessions: the running cell's bar follows the trainer's throughput.csv (steps done
-of its total, samples/s, time left), and the matrix's counts the cells."""
+of its total, samples/s, time left), the matrix's counts the cells, and the table a session ends with
+keeps each cell id on one line in a log (a grep for a cell finds its row)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from reprokit.judge.result_row import Row
+from reprokit.report import terminal
 from reprokit.run.progress import MatrixProgress
 
 
@@ -65,3 +68,40 @@ def test_the_cell_bar_reads_only_what_the_trainer_appended(tmp_path):
         assert cell.completed == 200_001 and cell.fields["detail"].startswith("97.5/s")
     assert first < size / 10, f"the first look read {first} of {size} bytes"
     assert again < 4096, f"ten looks after one appended row read {again} bytes"
+
+
+# Cell ids as long as the recipes' (volo--pretrain-d1-modern-kernels is 32 characters) and longer.
+LOGGED = [
+    Row(cell_id="volo--pretrain-d1-modern-kernels-at-224-with-token-labels--n2", status="ok", unit="img/s",
+        measured_per_device=123.4, reference_per_device=456.7, ratio_per_device=0.27, verdict="not comparable",
+        verdict_reasons="smoke scale, synthetic data, shortened run (max_steps 40)", measured_speedup=1.0,
+        published_speedup=1.0, speedup_verdict="not comparable", speedup_verdict_reasons="smoke scale"),
+    Row(cell_id="bridgetower--workers2-gpu-decode-fused-compiled--r3", status="timeout", verdict="no result",
+        error="timeout after 600 s (--timeout 600)"),
+]  # fmt: skip
+
+
+def _lines_naming(text: str, cell_id: str) -> list[str]:
+    return [row for row in text.splitlines() if cell_id in row]
+
+
+def test_a_sessions_table_in_a_log_keeps_each_cell_id_on_one_line(capsys, monkeypatch):
+    """`inv reproduce ... | tee log`: stdout is not a terminal (pytest's capture is not one either), the
+    shell saying COLUMNS=80. Before, the cell column folded (`volo--pretrain-d1-modern-kerne` / `ls`)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    terminal.print_table(LOGGED)
+    logged = capsys.readouterr().out
+    for row in LOGGED:
+        (in_table, *_) = _lines_naming(logged, row.cell_id)
+        assert in_table.startswith("│ " + row.cell_id), in_table
+    assert (
+        "timeout bridgetower--workers2-gpu-decode-fused-compiled--r3: timeout after 600 s (--timeout 600)"
+        in logged
+    )
+
+
+def test_a_table_printed_to_a_narrow_console_that_is_not_a_terminal_keeps_each_cell_id_whole():
+    log = Console(file=io.StringIO(), width=80)  # a file: not a terminal
+    terminal.print_table(LOGGED, log)
+    for row in LOGGED:
+        assert _lines_naming(log.file.getvalue(), row.cell_id), row.cell_id

@@ -1,6 +1,7 @@
 """The READMEs are executable truth: every `inv`, `reprokit` and `make` command the project's pages
 show still parses and runs (with --dry-run where it would start work, --help where it needs a
-session or hours)."""
+session or hours), and no page, comment or help names one workplace's tooling instead of what a user
+on any machine does."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,57 @@ def test_every_readme_command_still_runs(line, tmp_path):
     )
     last = (result.stderr.strip().splitlines() or [""])[-1]
     assert result.returncode == 0, f"{line}\n  ran: {shlex.join(argv)}\n  {last}"
+
+
+# How one workplace lent its GPUs to a session (a tool that ran a command, the folder it named in $OUT,
+# what it carried, its budget), said where the kit's own pages and code should say what a user on any
+# bare GPU node does: a folder of their choice, the bundle copied over, the command.
+TOOLING = [
+    r"device machine",
+    r"\brun\b` tool",
+    r"\brun tool\b",
+    r"\$OUT\b",
+    r"\bgive_back\b",
+    r"\bbudget_left",
+    r"\blent\b",
+    r"carried path",
+    r"\bfiles_at\b",
+    r"\btimeout_s: ",
+]
+TEXT = (".md", ".py", ".yaml", ".yml", ".sh", ".j2", ".toml", ".txt", ".json", "Makefile")
+
+
+def _tracked_text() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    names = [name for name in listed.decode().split("\0") if name.endswith(TEXT)]
+    return [ROOT / name for name in names if name != "tests/test_readme.py" and (ROOT / name).is_file()]
+
+
+def test_no_page_comment_or_help_names_a_workplaces_tooling():
+    found = []
+    pattern = re.compile("|".join(TOOLING), re.IGNORECASE)
+    for path in _tracked_text():
+        for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(text):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {text.strip()[:120]}")
+    assert found == []
+
+
+def test_the_readme_lists_every_status_a_cell_can_have_with_its_meaning():
+    """Before, results.csv said `not started` (and `incomplete`) where README.md listed only `failed`,
+    `timeout`, `interrupted`, `skipped`: a user could not tell a cell never reached from one skipped."""
+    from reprokit.contract import records
+
+    (row,) = [
+        text for text in (ROOT / "README.md").read_text().splitlines() if text.startswith("| `no result` |")
+    ]
+    # summary.json's statuses (the trainers' and the kit's), then a row's own where no summary says one.
+    statuses = [s for s in records.CONTRACT["statuses"] if s != "ok"] + [
+        "not started",
+        "incomplete",
+        "unreadable",
+    ]
+    for status in statuses:
+        # Each named, with what it means beside it (in brackets after the word).
+        assert re.search(rf"`{status}` \(\w", row), status
+    assert set(records.ROW_STATUSES) <= set(statuses)

@@ -40,7 +40,7 @@ def _reproducing(recipe: Path, out: Path) -> Iterator[subprocess.Popen]:
     """`inv reproduce` in its own process group, signalled as a whole like Ctrl-C in a terminal or
     `kill -- -PGID`; killed if the test leaves it running."""
     proc = subprocess.Popen(
-        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out)],
+        [*INV, "reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out)],
         cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )  # fmt: skip
@@ -80,7 +80,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_path, sig):
+def test_an_interrupted_session_is_reported_and_resumes_without_rerunning_complete_cells(tmp_path, sig):
     marker = tmp_path / "hung-once"
     recipe = fake_recipe(
         tmp_path / "fake.yaml",
@@ -108,9 +108,13 @@ def test_an_interrupted_session_resumes_without_rerunning_complete_cells(tmp_pat
     assert not (runs / "fake--third").exists()
     table = _csv_rows(session_dir / "results.csv")
     assert [(r["status"]) for r in table.values()] == ["ok", "interrupted", "not started"]
+    # The report too, as at the end of any session (before: results.csv alone), and the table's rows.
+    report_md = (session_dir / "report.md").read_text()
+    assert "fake--second: interrupted" in report_md and (session_dir / "report.html").is_file()
+    assert f"Report: {session_dir.resolve() / 'report.html'}" in stderr.replace("\n", "")
 
     # --resume alone: the plan (recipe file, accelerator, scale, runtime) comes from session.json.
-    resumed = run_inv("resume", session_dir.name, "--out", str(out), env=fake_env())
+    resumed = run_inv("resume", session_dir.name, "--results", str(out), env=fake_env())
     assert resumed.returncode == 0, resumed.stderr
     assert "fake--first: complete, not rerun" in resumed.stderr
     assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
@@ -178,7 +182,7 @@ def test_a_kit_stopped_right_after_a_trainer_finished_keeps_the_result(tmp_path,
 def test_resume_refuses_flags_that_would_plan_other_cells(tmp_path):
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "only", "args": {"fake_rate": 10}}])
     out = tmp_path / "results"
-    first = run_inv("reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), env=fake_env())
+    first = run_inv("reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out), env=fake_env())
     assert first.returncode == 0, first.stderr
     (session_dir,) = out.iterdir()
     result = run_inv(
@@ -203,7 +207,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     out = tmp_path / "results"
     started = time.monotonic()
     result = run_inv(
-        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--out", str(out), "--timeout", "2",
+        "reproduce", str(recipe), *CPU, "--scale", "smoke", "--results", str(out), "--timeout", "2",
         env=fake_env(),
     )  # fmt: skip
     assert time.monotonic() - started < 30
@@ -220,6 +224,10 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
     assert "Traceback (most recent call last):" in crash["log_tail"]
     hang = json.loads((runs / "fake--hang" / "summary.json").read_text())
     assert hang["status"] == "timeout" and not _alive(int((runs / "fake--hang" / "fake.pid").read_text()))
+    # The limit it hit and what set it, in its row and in the terminal (before: `timeout` alone).
+    assert hang["error"] == "timeout after 2 s (--timeout 2)"
+    assert "fake--hang: timeout after 2 s (--timeout 2)" in result.stderr  # the cell's line
+    assert "timeout fake--hang: timeout after 2 s (--timeout 2)" in result.stdout  # under the table
     rows = _csv_rows(session_dir / "results.csv")
     assert {c: r["status"] for c, r in rows.items()} == {
         "fake--good": "ok",
@@ -229,6 +237,7 @@ def test_failed_cells_are_recorded_with_their_log_tail_and_the_matrix_goes_on(tm
         "fake--also-good": "ok",
     }
     assert rows["fake--crash"]["measured"] == "" and rows["fake--crash"]["verdict"] == "no result"
+    assert rows["fake--hang"]["error"] == "timeout after 2 s (--timeout 2)"
     assert float(rows["fake--also-good"]["measured_speedup"]) == pytest.approx(0.5)
     # The log tail reaches the user: in the terminal and in the report.
     assert "RuntimeError: unknown argument --bad_arg" in result.stdout

@@ -31,7 +31,7 @@ def test_a_settings_file_fills_the_flags_a_user_did_not_give(tmp_path):
     )
     cluster = a_cluster_with(tmp_path, "batch", "debug")
     result = run_inv(
-        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--results", str(tmp_path / "r"),
         cwd=tmp_path, env=cluster,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -48,7 +48,7 @@ def test_a_session_records_the_settings_it_ran_with(tmp_path):
     (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"runtime": "local", "timeout": 120}))
     recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True}])
     result = run_inv(
-        "--search-root", str(ROOT), "run", str(recipe), *CPU_SMOKE, "--container", "none", "--out", "out",
+        "--search-root", str(ROOT), "run", str(recipe), *CPU_SMOKE, "--container", "none", "--results", "out",
         cwd=tmp_path, env=fake_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -75,7 +75,7 @@ def test_settings_are_data_a_python_file_beside_them_never_runs(tmp_path):
     )
     (tmp_path / "reprokit.yml").write_text(yaml.safe_dump({"runtime": "slurm", "partition": "from-yml"}))
     result = run_inv(
-        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--results", str(tmp_path / "r"),
         cwd=tmp_path, env=a_cluster_with(tmp_path, "from-yml"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -95,7 +95,7 @@ def test_a_misspelt_settings_key_is_one_line_naming_the_closest_key(tmp_path):
     # `partion:` would otherwise be dropped, and every job sent to the cluster's default partition.
     (tmp_path / "reprokit.yaml").write_text("runtime: slurm\npartion: batch\n")
     result = run_inv(
-        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--out", str(tmp_path / "r"),
+        "--search-root", str(ROOT), "run", "bridgetower", *CPU_SMOKE, "--dry-run", "--results", str(tmp_path / "r"),
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2 and "#SBATCH" not in result.stdout
@@ -120,3 +120,33 @@ def test_a_recipe_folder_named_in_the_settings_may_not_shadow_a_kit_recipe(tmp_p
             f"reprokit: two recipes named 'volo': {ROOT / 'recipes' / 'volo.yaml'} and {mine}; a session's cells "
             "and results are named by the recipe, so rename the second (its `name:`, and its file if it is volo.yaml)"
         )
+
+
+def test_the_results_folders_old_flag_name_as_a_settings_key_is_refused_naming_the_key(tmp_path):
+    # `out:` is the old name of the --results flag, never a key: dropped, the sessions would go to results/.
+    (tmp_path / "reprokit.yaml").write_text(f"out: {tmp_path / 'team'}\n")
+    result = run_inv(
+        "--search-root", str(ROOT), "reproduce", "bridgetower", *CPU_SMOKE, "--dry-run", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert str(tmp_path / "reprokit.yaml") in last and "'out' (did you mean 'results'?)" in last
+
+
+def test_a_timeout_set_by_the_settings_names_the_setting_and_its_limit(tmp_path):
+    (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"runtime": "local", "timeout": 1}))
+    recipe = fake_recipe(
+        tmp_path / "fake.yaml", [{"name": "hang", "baseline": True, "args": {"fake_hang": True}}]
+    )
+    result = run_inv(
+        "--search-root", str(ROOT), "run", str(recipe), *CPU_SMOKE, "--container", "none", "--results", "out",
+        cwd=tmp_path, env=fake_env(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    (session,) = (tmp_path / "out").iterdir()
+    summary = json.loads((session / "runs" / "fake--hang" / "summary.json").read_text())
+    # Before: `timeout`, which said neither the limit nor where it came from (no flag was given).
+    assert (summary["status"], summary["error"]) == (
+        "timeout",
+        "timeout after 1 s (the `timeout` setting, 1)",
+    )

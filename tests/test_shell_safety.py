@@ -174,7 +174,7 @@ def test_files_the_kit_writes_are_not_group_or_other_writable_under_umask_000(tm
     out = tmp_path / "results"
     done = subprocess.run(
         [*INV, "reproduce", str(recipe), "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-         "--out", str(out)],
+         "--results", str(out)],
         cwd=ROOT, env={**os.environ, **fake_env()}, capture_output=True, text=True, timeout=300,
         preexec_fn=lambda: os.umask(0),
     )  # fmt: skip

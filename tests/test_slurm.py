@@ -401,7 +401,7 @@ def test_rendering_for_slurm_imports_no_torch():
 def test_slurm_flags_without_the_slurm_runtime_are_refused(tmp_path):
     result = run_inv(
         "run", "bridgetower", "--runtime", "local", "--accelerator", "cpu", "--scale", "smoke",
-        "--partition", "gpu", "--out", str(tmp_path),
+        "--partition", "gpu", "--results", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
@@ -412,7 +412,7 @@ def test_slurm_flags_without_the_slurm_runtime_are_refused(tmp_path):
 def test_without_a_controller_the_slurm_runtime_says_so_in_one_line(tmp_path):
     result = run_inv(
         "run", "bridgetower", "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
-        "--container", "none", "--out", str(tmp_path),
+        "--container", "none", "--results", str(tmp_path),
         env={"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")},
     )  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
@@ -435,7 +435,7 @@ def test_multi_node_mpirun_profiles_are_refused_rather_than_started_on_every_nod
 def test_dry_run_prints_the_sbatch_script_and_submits_nothing(tmp_path):
     result = run_inv(
         "run", "bridgetower", "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
-        "--nodes", "2", "--container", "none", "--dry-run", "--out", str(tmp_path),
+        "--nodes", "2", "--container", "none", "--dry-run", "--results", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout
@@ -543,7 +543,7 @@ def run_on_cluster(
     started = time.monotonic()
     result = run_inv(
         "run", recipe, "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke", "--nodes", nodes,
-        "--container", "none", "--out", str(tmp_path / "out"), *extra, timeout=timeout, env=env,
+        "--container", "none", "--results", str(tmp_path / "out"), *extra, timeout=timeout, env=env,
     )  # fmt: skip
     sessions = sorted((tmp_path / "out").iterdir()) if (tmp_path / "out").exists() else []
     run_dirs = sorted((sessions[-1] / "runs").iterdir()) if sessions else []
@@ -720,7 +720,7 @@ def test_resume_refuses_to_submit_again_while_the_job_of_a_killed_kit_still_runs
     out = tmp_path / "out"
     kit = subprocess.Popen(
         [*INV, "run", str(recipe), "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
-         "--nodes", "1", "--container", "none", "--out", str(out)],
+         "--nodes", "1", "--container", "none", "--results", str(out)],
         cwd=ROOT, env={**os.environ, **fake_env()}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
@@ -767,7 +767,7 @@ def test_a_partition_the_cluster_lacks_is_refused_by_a_dry_run_and_the_preflight
     if task == "dry-run":
         result = run_inv("reproduce", "volo", *args, "--dry-run")
     else:
-        result = run_inv("preflight", "volo", *args, "--no-steps", "--out", str(tmp_path))
+        result = run_inv("preflight", "volo", *args, "--no-steps", "--results", str(tmp_path))
     assert result.returncode != 0, result.stdout
     assert (
         result.stderr.strip()

@@ -333,7 +333,10 @@ class NodeRun:
         else:
             self.log(f"{cell.cell_id}: starting (about {planned.seconds:.0f} s, {left:.0f} s left)")
             begun = time.time()
-            outcome = supervise.run_cell(runtime, cell, run_dir, self.profile, timeout=left)
+            outcome = supervise.run_cell(
+                runtime, cell, run_dir, self.profile, timeout=left,
+                timeout_set_by=f"what was left of --budget-s {self.budget_s:.0f}",
+            )  # fmt: skip
             self.log(f"{cell.cell_id}: {self._said(cell, outcome)} [{time.time() - begun:.0f} s]")
             return outcome
         self.log(f"{cell.cell_id}: skipped: {reason}")

@@ -26,6 +26,9 @@ MAX_REPEAT = 100
 REPEAT_WHY = "the median of more runs says nothing new, and each run is the whole cell again"
 MAX_TIMEOUT_S = 30 * 24 * 3600
 TIMEOUT_WHY = "longer than any published run: a cell still running after 30 days is stuck"
+# The one flag of the results folder, in every task that reads or writes sessions (its old name, --out,
+# is an alias: tasking.FLAG_ALIASES).
+RESULTS_HELP = "the results folder: sessions are made and looked up in it (default: the `results` setting, else results/)"
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:  # noqa: A002 - invoke's own word
@@ -52,7 +55,7 @@ class RunOptions:
     variant: list[str] = _opt(
         [], "run only this variant (repeatable); `inv show RECIPE` lists them", iterable=True
     )
-    out: str = _opt(None, "folder to write into (default: results/, rendered/ for render)", setting="results")
+    results: str = _opt(None, RESULTS_HELP, setting="results")
     devices: str = _opt(
         None, "devices per node (default: the published count, capped at what this machine has)"
     )
@@ -110,12 +113,15 @@ OPTIONS = {item.name: item for item in fields(RunOptions)}
 # The options that choose and direct the runtime and its container platform, passed on by name.
 PLUGIN_OPTIONS = ("partition", "account", "time_limit", "exclusive", "image")
 RUN_FIELDS = tuple(OPTIONS)
-RENDER_FIELDS = tuple(name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat"))
+# render writes no session: its folder is its own --out (tasks.py), not the results folder.
+RENDER_FIELDS = tuple(
+    name for name in OPTIONS if name not in ("timeout", "resume", "dry_run", "repeat", "results")
+)
 # What a preflight takes: the session `reproduce` would run (it runs nothing of it but a few steps).
 PREFLIGHT_FIELDS = tuple(name for name in OPTIONS if name not in ("resume", "dry_run", "repeat"))
 # What a resumed session may be given: where results go, how long a cell may take, the plug-ins' options.
 RESUME_FIELDS = (
-    "out",
+    "results",
     "timeout",
     "partition",
     "account",
@@ -134,7 +140,7 @@ def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
         options,
         runtime=options.runtime or site.get("runtime", "auto"),
         container=options.container or site.get("container", "auto"),
-        out=options.out or site.get("results"),
+        results=options.results or site.get("results"),
         partition=options.partition or site.get("partition"),
         account=options.account or site.get("account"),
         time_limit=options.time_limit or site.get("time_limit"),
@@ -144,12 +150,12 @@ def with_settings(options: RunOptions) -> tuple[RunOptions, settings.Settings]:
         recipes=[*site.get("recipes", []), *options.recipes],
     )
     recipes.use_dirs(filled.recipes)
-    if filled.out:
-        _writable_out(filled.out, "--out" if options.out else "the `results` setting")
+    if filled.results:
+        writable_folder(filled.results, "--results" if options.results else "the `results` setting")
     return filled, site
 
 
-def _writable_out(out: str, given_as: str) -> None:
+def writable_folder(out: str, given_as: str) -> None:
     """A folder the kit can make its session (or rendered) folders in, checked before anything runs:
     else one line naming it and why (a file, /proc, a read-only mount, no permission)."""
     if Path(out).exists() and not Path(out).is_dir():

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from reprokit.cli import settings
-from reprokit.cli.positionals import OptionalPositionals
+from reprokit.cli.options import RESULTS_HELP
 from reprokit.cli.tasking import friendly, task
 from reprokit.collect import collect as collecting
 from reprokit.collect import results_folder
@@ -25,7 +25,6 @@ SESSION_HELP = (
     "a session: its folder, its name under the results folder, latest or previous (by when each started, "
     "among those that can be read)"
 )
-RESULTS_HELP = "the results folder of the sessions (default: the `results` setting, else results/)"
 
 
 def _results(results: str | None) -> Path:
@@ -107,7 +106,6 @@ def report(c, session, results=None):
 
 @task(
     name="history",
-    klass=OptionalPositionals,
     positional=["recipe"],
     fallbacks={"recipe": "all"},
     help={

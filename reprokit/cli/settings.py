@@ -35,6 +35,8 @@ from reprokit.contract.errors import ReprokitError
 
 KEYS = ("runtime", "container", "partition", "account", "time_limit", "exclusive", "image", "timeout",
         "results", "recipes", "data")  # fmt: skip
+# Old names of options, the command line's aliases (tasking.py): old -> the option's name, the key here.
+OLD_NAMES = {"out": "results"}
 SUFFIXES = ("yaml", "yml", "json")
 ENV_PREFIX = "REPROKIT_"
 
@@ -89,7 +91,7 @@ def _check_keys(path: Path, data: dict[str, Any]) -> None:
     for key in data:
         if key in KEYS:
             continue
-        close = difflib.get_close_matches(str(key), KEYS, n=1)
+        close = [OLD_NAMES[key]] if key in OLD_NAMES else difflib.get_close_matches(str(key), KEYS, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ReprokitError(
             f"a reprokit settings file has an unknown key: {path}: '{key}'{hint}; the keys are {', '.join(KEYS)}"

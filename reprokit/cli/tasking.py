@@ -6,8 +6,10 @@ filled `RunOptions` (`options_task`).
 Flags as a command-line user expects them (`task`, `_help_for`): no short flag invoke would make
 up from a name's letters (`-v` was --variant, `-t` --data, `-y` --dry-run), only the chosen ones
 (SHORT_FLAGS); a flag that takes a value is shown with it in --help (`--threshold=NUMBER`,
-`--variant=STRING`, repeatable ones said so), whatever its type. The installed `reprokit` command
-exits 2 on a usage error (cli.py); `inv`, invoke's own program, keeps invoke's 1.
+`--variant=STRING`, repeatable ones said so), whatever its type; a flag's old name (FLAG_ALIASES:
+`--out` of `--results`) still taken by every task that has the flag, saying on stderr that it is one.
+The installed `reprokit` command exits 2 on a usage error (cli.py); `inv`, invoke's own program,
+keeps invoke's 1.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import os
 import sys
 from typing import Any
 
-from invoke import Exit, Task
+from invoke import Exit
 from invoke import task as invoke_task
 from invoke.parser import ParserContext
 
+from reprokit.cli import settings
 from reprokit.cli.options import OPTIONS, RunOptions, default_of
 from reprokit.cli.positionals import OptionalPositionals
 from reprokit.contract import files
@@ -32,12 +35,29 @@ from reprokit.contract.textsafe import line
 HELP_WORDS = ("-h", "--help")
 # The only short flags: chosen, never derived from a flag's first free letter.
 SHORT_FLAGS = {"quiet": "q"}
+# Old names of flags, still taken where the flag is: old -> new. `--results` is the results folder's one
+# name (the settings key, the default folder, every results task's); `--out` was the running tasks'.
+FLAG_ALIASES = settings.OLD_NAMES
 # How --help shows the value of a flag whose type invoke leaves unnamed (it names str and int only).
 PLACEHOLDERS = {float: "NUMBER", list: "STRING"}
 
 
-class KitTask(Task):
-    """A task whose short flags are the chosen ones alone."""
+class KitTask(OptionalPositionals):
+    """A task whose short flags are the chosen ones alone, whose flags' old names (FLAG_ALIASES) are
+    still taken, and whose positionals may have fallbacks (positionals.py)."""
+
+    def __init__(self, body: Any, *args: Any, help: dict[str, str] | None = None, **kwargs: Any) -> None:  # noqa: A002 - invoke's own word
+        body, help = _with_aliases(body, help)
+        super().__init__(body, *args, help=help, **kwargs)
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        # invoke hands each flag's help over by popping it from the task's: a second parser of the same
+        # task (print_help's, for `reprokit TASK --help` where --help filled the positional) had none.
+        kept = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = kept
 
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
@@ -45,6 +65,54 @@ class KitTask(Task):
         if short and short not in taken_names:
             opts["names"] = [*opts["names"], short]
         return opts
+
+
+def _with_aliases(body: Any, help: dict[str, str] | None) -> tuple[Any, dict[str, str] | None]:  # noqa: A002
+    """`body` taking, beside each flag it has, that flag's old name (a parameter of its own, so that
+    which name was used is known): said on stderr to be an old name, and refused beside the new one
+    when the two disagree. Its help says so too."""
+    signature = inspect.signature(body)
+    aliases = {
+        old: new
+        for old, new in FLAG_ALIASES.items()
+        if new in signature.parameters and old not in signature.parameters
+    }
+    if not aliases:
+        return body, help
+    params = list(signature.parameters.values())
+    params += [
+        inspect.Parameter(old, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for old in aliases
+    ]
+    help = {
+        **(help or {}),
+        **{
+            old: f"the old name of --{new} (an alias: taken as --{new}, and said so)"
+            for old, new in aliases.items()
+        },
+    }
+
+    @functools.wraps(body)
+    def aliased(*args: Any, **kwargs: Any) -> Any:
+        for old, new in aliases.items():
+            given = kwargs.pop(old, None)
+            if given is None:
+                continue
+            if kwargs.get(new) not in (None, given):
+                raise Exit(
+                    f"reprokit: --{old} {line(given)} and --{new} {line(kwargs[new])}: give it once, "
+                    f"as --{new} (--{old} is its old name)",
+                    code=2,
+                )
+            kwargs[new] = given
+            if not kwargs.get("quiet"):
+                print(
+                    f"reprokit: --{old} is the old name of --{new}: taken as --{new} {line(given)}",
+                    file=sys.stderr,
+                )
+        return body(*args, **kwargs)
+
+    aliased.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return aliased, help
 
 
 def task(*args: Any, **kwargs: Any) -> Any:
@@ -181,7 +249,7 @@ def options_task(
         if recipe:
             helps[positional] = recipe_help
         if recipe and fallback is not None:
-            task_kwargs.update(klass=OptionalPositionals, fallbacks={positional: fallback})
+            task_kwargs.update(fallbacks={positional: fallback})
         return task(
             body,
             help=helps,

@@ -26,6 +26,7 @@ from reprokit.cli.options import (
     recipe_names,
     request,
     with_settings,
+    writable_folder,
 )
 from reprokit.cli.tasking import friendly, options_task, task
 from reprokit.contract import trainers
@@ -161,23 +162,29 @@ def show(c, recipe, options: RunOptions, json_=False):
 # Running
 
 
-@options_task(RENDER_FIELDS, recipe_help=RECIPES_HELP)
+@options_task(
+    RENDER_FIELDS,
+    recipe_help=RECIPES_HELP,
+    extra={"out": (None, "the folder to write into (default: rendered/); it holds no session")},
+)
 @friendly
-def render(c, recipe, options: RunOptions):
+def render(c, recipe, options: RunOptions, out=None):
     """Write the Dockerfile and each cell's run directory as a session would, to read or run by hand.
 
     The run directories are rendered/<accelerator>-<scale>/runs/<cell>/: cell.json and run.sh, and
     with --runtime slurm sbatch.sh and bind-rank.sh; a cell that reads another's checkpoint finds it
-    beside it, as in a session."""
+    beside it, as in a session. Nothing goes to the results folder (--results of the other tasks)."""
     from reprokit import images
     from reprokit.images.build import vendor_for
 
     options, site = with_settings(options)
+    if out:
+        writable_folder(out, "--out")
     asked = request(recipe_names(recipe), options, site)
     the_plan = plan(asked, fit_devices=False)
     runtime = runtime_for(the_plan, asked.runtime_options)
     profile = accelerators.get(the_plan.accelerator)
-    out = Path(options.out or "rendered")
+    out = Path(out or "rendered")
     files, included = vendor_for(profile, None, True, console)
     context = images.write_context(
         profile, out / "docker" / profile.name, images.context_files(profile, files, included)
@@ -190,7 +197,7 @@ def render(c, recipe, options: RunOptions):
 
 def _run(names: list[str], options: RunOptions) -> None:
     options, site = with_settings(options)
-    reproducing.reproduce(request(names, options, site), options.out, options.resume, options.dry_run)
+    reproducing.reproduce(request(names, options, site), options.results, options.resume, options.dry_run)
 
 
 @options_task(RUN_FIELDS)
@@ -242,7 +249,7 @@ def preflight(c, recipe, options: RunOptions, steps=True, json_=False):
     started = time.monotonic()
     options, site = with_settings(options)
     asked = request(recipe_names(recipe), options, site)
-    report = checking.run(asked, options.out, steps)
+    report = checking.run(asked, options.results, steps)
     if json_:
         from reprokit import schemas
 

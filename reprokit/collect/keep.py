@@ -17,16 +17,15 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from reprokit.contract import sessions
+from reprokit.contract import records, sessions
 from reprokit.judge.ratios import Speedup
 from reprokit.judge.result_row import Row
 
-NOT_STARTED = "not started"
-UNREADABLE = "unreadable"
+NOT_STARTED, UNREADABLE = records.NOT_STARTED, records.UNREADABLE
 # Rows that were not read from a run: nothing in them to keep.
 NOT_READ = (NOT_STARTED, UNREADABLE, None)
 # What a run directory without a summary.json reads as (records.py): started and cut off, or not started.
-NO_SUMMARY = (NOT_STARTED, "incomplete")
+NO_SUMMARY = (NOT_STARTED, records.INCOMPLETE)
 KEPT = "the row stored by the last collect is kept"
 # A kept row's ratios, cleared: collect computes them again over the rows of this collect.
 NO_RATIOS = {**asdict(Speedup()), "scaling_efficiency": None}

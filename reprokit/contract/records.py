@@ -29,6 +29,12 @@ THROUGHPUT, QUALITY = CONTRACT["departure_kinds"]
 EXPLAINING = ("train_runtime_s", "peak_memory_bytes", "peak_memory_device_bytes", "flops_per_sample", "mfu",
               "samples_per_joule", "energy_joules", "power_mean_w", "power_peak_w", "utilization_mean")  # fmt: skip
 SHARES = ("data_wait", "compute", "communication", "other")
+# A row's status where no summary.json says one (summary.json's, the trainers' and the kit's, are the
+# contract's `statuses`: ok, failed, timeout, interrupted, skipped). README.md lists every one.
+NOT_STARTED = "not started"  # the session never reached it: stopped first, or still to run
+INCOMPLETE = "incomplete"  # started and cut off with no summary: the kit killed with -9, a machine lost
+UNREADABLE = "unreadable"  # its run directory holds a file the kit will not read
+ROW_STATUSES = (NOT_STARTED, INCOMPLETE, UNREADABLE)
 
 
 def is_number(value: Any) -> bool:
@@ -259,7 +265,7 @@ def _status(run_dir: Path, summary: Summary | None) -> str:
     if summary is not None:
         return str(summary.status or "unknown")
     # No summary.json: the host died with the cell (kill -9, a power cut) or never launched it.
-    return "incomplete" if (run_dir / FILES["stdout"]).exists() else "not started"
+    return INCOMPLETE if (run_dir / FILES["stdout"]).exists() else NOT_STARTED
 
 
 def _finite(summary: Summary, path: Path) -> list[tuple[Path, str]]:

@@ -80,6 +80,25 @@ def signal_reason(exit_code: int | None) -> str | None:
     return f"the trainer was killed by {name} (signal {number}){why}"
 
 
+TIMEOUT = "timeout"
+
+
+def timed_out(limit: str) -> str:
+    """A timeout's error: the limit it hit, and what set it (`600 s (--timeout 600)`)."""
+    return f"{TIMEOUT} after {limit}"
+
+
+def seconds_text(value: float) -> str:
+    """Seconds as a user gives them: 600, 2.5 (never 2.592e+06)."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
+
+
+def _status_of(reason: str | None) -> str:
+    if reason == "interrupted":
+        return "interrupted"
+    return TIMEOUT if reason == TIMEOUT or (reason or "").startswith(timed_out("")) else "failed"
+
+
 def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> dict[str, Any]:
     """Settle a cell's outcome after its process ended; returns the final summary.
 
@@ -93,7 +112,7 @@ def finish(run_dir: Path, exit_code: int | None, reason: str | None = None) -> d
     tail = log_tail(run_dir)
     if exit_code == 0 and not found:
         reason = reason or "the trainer exited 0 without writing summary.json"
-    status = "interrupted" if reason == "interrupted" else ("timeout" if reason == "timeout" else "failed")
+    status = _status_of(reason)
     failed = {
         # Keep what the trainer measured (if it wrote anything) under the failure.
         **found,

@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from reprokit.contract.definitions import DEFINITIONS
-from reprokit.contract.records import Departure
+from reprokit.contract.records import NOT_STARTED, Departure
 from reprokit.judge import verdicts
 
 CSV = "csv"
@@ -157,7 +157,7 @@ class Row:
             variant=item.get("variant"),
             scale=item.get("scale"),
             accelerator=item.get("accelerator"),
-            status="not started",
+            status=NOT_STARTED,
             verdict=verdicts.NO_RESULT,
             recipe_hash=item.get("recipe_hash"),
             cell_id=item["cell_id"],

@@ -20,7 +20,7 @@ class Context:
     plan: Plan
     request: Request
     runtime: Runtime
-    # Where the session's results would go (--out, else results/); the preflight's own runs go below it.
+    # Where the session's results would go (--results, else results/); the preflight's own runs go below it.
     out: Path
     # Whether a few real steps of each trainer and loader are run (--no-steps: the quick checks only).
     steps: bool = True

@@ -433,7 +433,10 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from reprokit.report import terminal
+
     styles = {REGRESSED: "red", IMPROVED: "green", SAME: "", NOT_COMPARED: "yellow"}
+    console = Console(width=200)
     view = Table(title=markup(f"A = {first.name}, B = {second.name} (per device)"))
     energy = any(x.energy_ratio is not None for x in found)
     for column in (
@@ -445,7 +448,7 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
         *(["samples/J B/A"] if energy else []),
         "what changed",
     ):
-        view.add_column(column, overflow="fold")
+        view.add_column(column, overflow="fold", no_wrap=column == "cell" and not console.is_terminal)
     everywhere = _common_changes(found)
     for x in found:
         a, b = markup(_per_device(x.a)), markup(_per_device(x.b))
@@ -460,8 +463,7 @@ def print_table(first: Path, second: Path, found: list[CellComparison]) -> None:
             markup(x.cell_id, NAME), a, b, ratio, f"[{style}]{verdict}[/]" if style else verdict,
             *([per_joule] if energy else []), markup(own or "-"),
         )  # fmt: skip
-    console = Console(width=200)
-    console.print(view)
+    terminal.print_whole(console, view)  # a log's cell ids whole, as the session's table's
     if everywhere:
         console.print(
             markup(

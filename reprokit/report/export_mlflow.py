@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from reprokit import DISTRIBUTION
 from reprokit.collect import collect, results_folder
-from reprokit.contract import bounded, rundirs, sessions, writelock
+from reprokit.contract import bounded, installed, rundirs, sessions, writelock
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
@@ -122,7 +121,7 @@ def check_extra(tracking_uri: str | None) -> None:
         raise ReprokitError(
             f"exporting to MLflow needs the kit's mlflow extra ({', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not installed here): "
-            f'pip install "{DISTRIBUTION}[mlflow]"'
+            f"{installed.pip_install('mlflow')}"
         )
 
 

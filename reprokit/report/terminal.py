@@ -3,7 +3,7 @@ the published ones, the verdicts, the speedups, and the cells that did not compl
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from reprokit.contract.textsafe import line, markup
@@ -19,6 +19,8 @@ VERDICT_STYLES = {
     verdicts.NO_RESULT: "red",
 }
 HEADERS = ["cell", "status", "per device", "published", "ratio", "verdict", "speedup (published)"]
+# A table's width in a log or a pipe, where no terminal says one.
+LOG_WIDTH = 140
 
 
 def _speedup(r: Row) -> str:
@@ -31,17 +33,18 @@ def _speedup(r: Row) -> str:
 
 def print_table(table: list[Row], console: Console | None = None) -> None:
     """The session's rows as one table, then each cell that did not complete and its last log lines."""
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # a log file or a pipe: wide enough that cell ids stay whole
-            console = Console(width=140)
+    # A log or a pipe: 140 columns (COLUMNS is a terminal's), wider only where a cell id needs it.
+    console = console or (Console() if Console().is_terminal else Console(width=LOG_WIDTH))
     table = [formats.shown(r) for r in table]  # each word within its bound: folded whole, one fills screens
     units = sorted({markup(r.unit) for r in table if r.unit})
     view = Table(title=f"reprokit results ({', '.join(units) or 'samples/s'})", show_lines=False)
     scaling = any(r.scaling_efficiency is not None for r in table)
     for header in [*HEADERS, *(["scaling efficiency"] if scaling else [])]:
         view.add_column(
-            header, overflow="fold", justify="left" if header in ("cell", "status", "verdict") else "right"
+            header,
+            overflow="fold",
+            no_wrap=header == "cell" and not console.is_terminal,
+            justify="left" if header in ("cell", "status", "verdict") else "right",
         )
     for r in table:
         # Every word from a run's files (a cell id, a departure's reason) is text, never markup or a control.
@@ -62,13 +65,31 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
     )
     if notes:
         view.caption = markup("compared " + "; ".join(notes))  # says when device counts differ
-    console.print(view)
+    print_whole(console, view)
+    # One line each, whatever the width (the terminal wraps it): a grep for a cell finds its line whole.
     for r in table:
         if r.kept:  # its figure is the last collect's: its run directory could not be read now
-            console.print(f"[yellow]kept[/yellow] {markup(f'{r.cell_id}: {r.kept}')}")
+            console.print(f"[yellow]kept[/yellow] {markup(f'{r.cell_id}: {r.kept}')}", soft_wrap=True)
     for r in table:
         if r.status != "ok":
             what = markup(f"{r.cell_id}: {r.error or '-'}")
-            console.print(f"[red]{markup(r.status)}[/red] {what}")
+            console.print(f"[red]{markup(r.status)}[/red] {what}", soft_wrap=True)
             for text in (r.log_tail or [])[-5:]:
-                console.print(f"    {line(text)}", style="dim", markup=False, highlight=False)
+                console.print(f"    {line(text)}", style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_whole(console: Console, view: RenderableType) -> None:
+    """A table on a terminal, folded to its width; in a log or a pipe (`inv reproduce ... | tee log`),
+    its cell column (no_wrap there) never folded over two lines nor cut at the console's width, so that
+    a grep for a cell finds its row: the console is widened to the least width that holds it whole, the
+    other columns folding as they must."""
+    if console.is_terminal:
+        console.print(view)
+        return
+    needed = console.measure(view, options=console.options.update(width=2**20)).minimum
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(view)
+    finally:
+        console.width = width

@@ -108,9 +108,11 @@ def run_cell(
     profile: accelerators.Profile,
     timeout: float | None = None,
     progress: Callable[[str], None] | None = None,
+    timeout_set_by: str | None = None,
 ) -> dict:
     """Start one cell, follow it until it ends, a timeout stops it or Ctrl-C does, and settle its run
-    directory; returns its summary. A summary the trainer wrote with status ok is never replaced."""
+    directory; returns its summary. A summary the trainer wrote with status ok is never replaced. A
+    timeout's error names the limit and `timeout_set_by` (what set it: `--timeout 600`)."""
     try:
         handle = runtime.start(cell, run_dir, profile)
     except StartFailed as exc:
@@ -133,7 +135,10 @@ def run_cell(
         while (ended := handle.poll()) is None:
             elapsed = time.monotonic() - started
             if timeout is not None and elapsed > timeout:
-                ended, reason = handle.stop(), "timeout"
+                limit = f"{rundirs.seconds_text(timeout)} s" + (
+                    f" ({timeout_set_by})" if timeout_set_by else ""
+                )
+                ended, reason = handle.stop(), rundirs.timed_out(limit)
                 break
             if progress is not None:
                 progress(handle.describe(elapsed))
@@ -166,9 +171,13 @@ def run_cells(
     timeout: float | None = None,
     runtime_options: dict | None = None,
     report_line: Callable[[Cell, dict], None] | None = None,
+    timeout_set_by: str | None = None,
 ) -> list[dict]:
     """Run every cell; returns their summaries. Failures are recorded, never raised; an interrupt
-    (Ctrl-C, SIGTERM, SIGHUP) stops the running cell, records it as interrupted and propagates."""
+    (Ctrl-C, SIGTERM, SIGHUP) stops the running cell, records it as interrupted and propagates. A
+    timeout names its limit and what set it (`timeout_set_by`, else `--timeout N`)."""
+    if timeout is not None and timeout_set_by is None:
+        timeout_set_by = f"--timeout {rundirs.seconds_text(timeout)}"
     runtime = runtime_for(the_plan, runtime_options)
     profile = accelerators.get(the_plan.accelerator)
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
@@ -191,7 +200,7 @@ def run_cells(
         )
         with lock:
             stopped = _run_each(
-                the_plan, runtime, profile, runs, resume, timeout, report_line, bars, outcomes
+                the_plan, runtime, profile, runs, resume, timeout, timeout_set_by, report_line, bars, outcomes
             )
     if stopped is not None:
         raise SessionStopped(stopped, list(outcomes.values()))
@@ -205,6 +214,7 @@ def _run_each(
     runs: Path,
     resume: bool,
     timeout: float | None,
+    timeout_set_by: str | None,
     report_line: Callable[[Cell, dict], None] | None,
     bars: MatrixProgress,
     outcomes: dict[str, dict],
@@ -241,6 +251,7 @@ def _run_each(
                     profile,
                     timeout=timeout,
                     progress=lambda text, run_dir=run_dir: bars.update(run_dir, text),
+                    timeout_set_by=timeout_set_by,
                 )
         except OSError as exc:
             if not files.is_storage_failure(exc):

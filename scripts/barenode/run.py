@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The one command on a bare GPU node: install the bundle into a private prefix, then run a slice.
 
-    python3 scripts/barenode/run.py a --bundle node-bundle --out "$OUT" --budget-s 450
+    python3 scripts/barenode/run.py a --bundle node-bundle --out node-out --budget-s 450
 
 Runs with the node's own python3 and nothing but the standard library until the bundle is in place:
 
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("slice", help="a slice of reprokit/barenode/slices.yaml (a, b, c, d)")
     parser.add_argument("--bundle", type=Path, default=REPO / "node-bundle", help="the bundle's folder")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "node-out"),
-                        help="what comes back (default: $OUT, else node-out/)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=REPO / "node-out",
+                        help="a folder for what the run gives: rows, checks, log, archive (default node-out/)")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=450.0,
                         help="the whole run's wall time in seconds, install included (default 450)")  # fmt: skip
     parser.add_argument("--scratch", type=Path, default=REPO / "node-scratch",

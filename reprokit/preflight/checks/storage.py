@@ -73,7 +73,7 @@ class Storage(Check):
         if not writable(out):
             return [
                 self.finding(
-                    f"the results folder {out} is not writable; give --out a folder you may write", True
+                    f"the results folder {out} is not writable; give --results a folder you may write", True
                 )
             ]
         need, free = self.needed(context), free_bytes(out)
@@ -81,7 +81,7 @@ class Storage(Check):
             return [
                 self.finding(
                     f"{out}: {gib(free)} free, the session needs about {gib(need)} (run directories and checkpoints); "
-                    "free some, or --out a larger disk",
+                    "free some, or --results a larger disk",
                     True,
                 )
             ]

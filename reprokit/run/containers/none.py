@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from reprokit import DISTRIBUTION
-from reprokit.contract import trainers
+from reprokit.contract import installed, trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
@@ -67,7 +67,7 @@ class NoContainer(Container):
             raise ReprokitError(
                 f"the trainers run in this Python ({sys.executable}), which lacks {', '.join(missing[:4])}"
                 f"{' and more' if len(missing) > 4 else ''}: install the kit with its train extra "
-                f"(pip install '{DISTRIBUTION}[train]'), or run the cells in the kit's image (--container docker)"
+                f"({installed.pip_install('train')}), or run the cells in the kit's image (--container docker)"
             )
 
     def launch(self, cell: Cell, run_dir: Path, profile: Profile, how: str, mount: Path) -> Launch:

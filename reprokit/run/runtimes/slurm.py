@@ -213,7 +213,11 @@ class JobHandle(Handle):
             wait_for(lambda: rundirs.summary(self.run_dir) is not None, SETTLE_SECONDS)
             return Ended(0)
         if state.state == "TIMEOUT":
-            return Ended(state.exit_code, "timeout")
+            limit = f", {state.time_limit}" if state.time_limit else ""
+            return Ended(
+                state.exit_code,
+                rundirs.timed_out(f"the Slurm job's time limit{limit} (--time-limit, else the partition's)"),
+            )
         if state.state == "FAILED":
             # The first rank's exception says what went wrong; the log's last lines are srun's
             # and torchrun's reports of it ("task 1: Exited with exit code 1").
