@@ -75,4 +75,7 @@ def test_every_readme_command_still_runs(line, tmp_path):
         argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
     )
     last = (result.stderr.strip().splitlines() or [""])[-1]
-    assert result.returncode == 0, f"{line}\n  ran: {shlex.join(argv)}\n  {last}"
+    # A dry run of a plan made whole whose quick checks refuse this machine (the Slurm examples' images are
+    # exported on the user's cluster, not here) exits 3, its last line saying why: the command runs.
+    refused = result.returncode == 3 and "--dry-run" in argv and last.startswith("reprokit: dry run: ")
+    assert result.returncode == 0 or refused, f"{line}\n  ran: {shlex.join(argv)}\n  {last}"
