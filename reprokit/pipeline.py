@@ -6,6 +6,7 @@ The tasks only turn flags into a `Request`; what happens to it lives here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from reprokit.collect import collect, results_folder
 from reprokit.contract import files, rundirs, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.console import console
-from reprokit.contract.errors import RunFailed
+from reprokit.contract.errors import DryRunRefused, RunFailed
 from reprokit.contract.invocation import command
 from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, trainers_found
@@ -57,6 +58,29 @@ def dry_run_text(the_plan: Plan, request: Request, out: str | None, session_dir:
     return "\n".join(parts)
 
 
+def dry_run_checks(
+    the_plan: Plan, request: Request, out: str | None, session_dir: Path | None = None
+) -> None:
+    """What a dry run ends with: the preflight's quick checks (devices, image, trainers, storage, data;
+    no steps) of the cells that would run, its findings and each cell's answer as `inv preflight
+    --no-steps` prints them. Raises DryRunRefused (exit 3) where they would refuse a cell."""
+    # Imported here: the checks (and what they import) cost every other command nothing.
+    from reprokit import preflight
+
+    runs = (session_dir / sessions.RUNS) if session_dir is not None else None
+    cells = [c for c in the_plan.cells if runs is None or not rundirs.is_complete(runs / c.cell_id)]
+    if not cells:
+        return
+    # A resumed session writes into its own folder; a new one under the results folder.
+    report = preflight.run(request, session_dir or out, steps=False, planned=replace(the_plan, cells=cells))
+    steps = f"`{command()} preflight` also steps each trainer"
+    print(f"\n# {preflight.describe(request, report)}: the quick checks ({steps})")
+    print(report.table())
+    refusal = report.refusal()
+    if refusal:
+        raise DryRunRefused(f"dry run: {refusal}")
+
+
 def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bool) -> Path | None:
     """Run a new session (or finish `resume`); returns its folder, None for a dry run.
 
@@ -81,6 +105,7 @@ def reproduce(request: Request, out: str | None, resume: str | None, dry_run: bo
         console.print(f"Cells go to {where}.")
     if dry_run:
         print(dry_run_text(the_plan, request, out, session_dir if resume else None))
+        dry_run_checks(the_plan, request, out, session_dir if resume else None)
         return None
     if resume:
         # A trainer of the session that outlived its kit (kill -9 of the kit) still writes there.

@@ -248,6 +248,41 @@ def _half_done_session(tmp_path):
     return out, session
 
 
+def test_a_dry_run_ends_with_the_preflights_quick_checks_and_exits_3_where_they_would_refuse(tmp_path):
+    from tests.fakes import fake_env, fake_recipe
+
+    # A published cell with a figure for this machine and no data given: it would train on synthetic data.
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True, "references": [
+        {"device": "cpu", "devices": 1, "value": 100, "definition": "after_warmup"}]}])  # fmt: skip
+    flags = ("--accelerator", "cpu", "--runtime", "local", "--container", "none", "--dry-run",
+             "--out", str(tmp_path / "out"))  # fmt: skip
+    env = {**fake_env(), "HF_HUB_OFFLINE": "1"}
+    refused = run_inv("reproduce", str(recipe), "--scale", "published", *flags, env=env)
+    assert refused.returncode == 3, refused.stderr
+    lines = refused.stdout.splitlines()
+    start = lines.index(
+        f"# Preflight of 1 cell(s): cpu, published scale, {recipe}: the quick checks (`inv preflight` also "
+        "steps each trainer)"
+    )
+    assert "# fake--v (local, published, cpu)" in lines[:start]  # what would run comes first
+    summary = lines[start + 1 :]
+    assert "  - devices   1 x cpu (cpu)" in summary
+    assert (
+        "  x data      fake: synthetic data: offline (HF_HUB_OFFLINE is set) and no --data dataset_cache=PATH [fake--v]"
+        in summary
+    )
+    assert summary[-1].split()[:3] == ["fake--v", "would", "not"]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "reprokit: dry run: 1 of 1 cell(s) would not run or be judged; fake--v: data: fake: synthetic data: "
+        "offline (HF_HUB_OFFLINE is set) and no --data dataset_cache=PATH"
+    )
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+    # The smoke scale's stand-in data is by design: the same dry run says the cell would run, and exits 0.
+    ran = run_inv("reproduce", str(recipe), "--scale", "smoke", *flags, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[-1].split()[:5] == ["fake--v", "would", "run,", "not", "judged"]
+
+
 @pytest.mark.parametrize("command", [("resume", "latest"), ("reproduce", "--resume", "latest")])
 def test_a_resumes_dry_run_lists_only_what_would_run_in_the_sessions_own_folder(tmp_path, command):
     from tests.fakes import fake_env
@@ -263,3 +298,6 @@ def test_a_resumes_dry_run_lists_only_what_would_run_in_the_sessions_own_folder(
     assert "fake--done" not in result.stdout.replace("# complete, kept (not rerun): fake--done", "")
     assert "SESSION" not in result.stdout
     assert result.stdout.startswith(f"# resuming {session.resolve()}\n")
+    # Its quick checks are of the cells that would run again, where they would write: the session's folder.
+    assert result.stdout.splitlines()[-1].split()[:3] == ["fake--broke", "would", "run,"]
+    assert f"  - storage   {session.resolve()}: writable" in result.stdout

@@ -171,6 +171,46 @@ def test_auto_with_a_failing_nvidia_smi_is_a_refusal_naming_it_not_a_cpu_machine
     )
 
 
+def test_the_count_a_broken_drivers_refusal_advises_is_taken_by_the_preflight_as_by_the_dry_run(tmp_path):
+    nvidia_smi(tmp_path / "bin", [], exit_code=9)
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+    }
+    out = ("--container", "none", "--out", str(tmp_path / "out"))
+    for refused in (
+        run_inv("preflight", "bridgetower", "--no-steps", *out, env=env),
+        run_inv("preflight", "bridgetower", "--no-steps", "--accelerator", "cuda", *out, env=env),
+    ):
+        assert refused.returncode != 0
+        assert (
+            refused.stderr.strip()
+            .splitlines()[-1]
+            .endswith(("--accelerator cuda --devices N", "--devices N"))
+        )
+    # The advice taken: the count is used as given and said unverified, never "cannot count" again; the
+    # torch that would run the cells then counts them (here it sees none: this machine has no GPU, truly).
+    flags = ("--accelerator", "cuda", "--devices", "8", *out)
+    preflight = run_inv("preflight", "bridgetower", "--no-steps", *flags, env=env)
+    dry_run = run_inv("reproduce", "bridgetower", "--dry-run", *flags, env=env)
+    for result in (preflight, dry_run):
+        said = [
+            line for line in result.stdout.splitlines() if line.startswith(("  - devices ", "  x devices "))
+        ]
+        assert said == [
+            "  - devices   warning: --devices 8 is used as given, not verified: cannot count this machine's cuda "
+            "devices: `nvidia-smi -L` exited 9: NVIDIA-SMI has failed because it couldn't communicate with the "
+            "NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+        ], result.stdout
+        assert "cannot count" not in result.stderr.strip().splitlines()[-1]
+    assert "--nproc_per_node 8" in dry_run.stdout
+    # Both say the same of the session: the same answer per cell, the same first thing to fix.
+    assert dry_run.returncode in (0, 3) and preflight.returncode == (1 if dry_run.returncode else 0)
+    assert preflight.stderr.strip().splitlines()[-1].removeprefix("reprokit: ") == (
+        dry_run.stderr.strip().splitlines()[-1].removeprefix("reprokit: dry run: ")
+    )
+
+
 @pytest.mark.parametrize("tool", ["nvidia-smi", "hl-smi"])
 def test_a_hung_listing_tool_is_stopped_with_what_it_started_and_refused(tool, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"

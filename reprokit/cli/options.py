@@ -92,7 +92,11 @@ class RunOptions:
     resume: str = _opt(
         None, "a session to finish (name or folder): reruns its stored plan, keeping complete cells"
     )
-    dry_run: bool = _opt(False, "print what would run, and run nothing")
+    dry_run: bool = _opt(
+        False,
+        "print what would run and the preflight's quick checks of it (no steps), and run nothing; exits 3 "
+        "where they would refuse a cell",
+    )
     quiet: bool = _opt(False, "print only the result and errors: no progress bars, no messages")
     profile: bool = _opt(
         False,

@@ -210,7 +210,11 @@ def run(c, recipe, options: RunOptions):
 @options_task(RUN_FIELDS, recipe_help=RECIPES_HELP, fallback="all")
 @friendly
 def reproduce(c, recipe, options: RunOptions):
-    """Rerun the published recipes at the scale that fits this machine, then collect and report."""
+    """Rerun the published recipes at the scale that fits this machine, then collect and report.
+
+    With --dry-run, print each cell's run.sh (and what its runtime wraps around it), then the preflight's
+    quick checks of the session (`preflight --no-steps`: devices, image, trainers, storage, data) and each
+    cell's answer; exit 3 where they would refuse a cell (2: a usage error, nothing planned)."""
     _run(recipe_names(recipe), options)
 
 

@@ -29,3 +29,11 @@ class PreflightFailed(ReprokitError):
     """A preflight found cells that would not run or not be judged: the table above says why."""
 
     exit_code = 1
+
+
+class DryRunRefused(ReprokitError):
+    """A dry run printed what would run, and the preflight's quick checks (no steps) found cells that
+    would not run or not be judged: 3, apart from a usage error (2, nothing planned) and a failed run or
+    preflight (1), so that a script can tell a plan that cannot be made from a machine not ready for it."""
+
+    exit_code = 3

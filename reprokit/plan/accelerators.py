@@ -337,6 +337,18 @@ def resolve(name: str) -> str:
     return detect() if name == "auto" else get(name).name
 
 
+class CannotCount(ReprokitError):
+    """This machine's devices cannot be listed (the driver's tool is missing, fails or hangs): a count is
+    never guessed, and one given with --devices is used as given (planner.fitted_devices, the
+    preflight's devices check), which the refusal advises."""
+
+    def __init__(
+        self, accelerator: str, why: str, advice: str = "fix the driver, or give the count with --devices N"
+    ):
+        self.reason = f"cannot count this machine's {accelerator} devices: {why}"
+        super().__init__(f"{self.reason}; {advice}")
+
+
 def devices_here(name: str) -> Devices:
     """This machine's devices of accelerator `name`, listed by its profile's command. A listing that
     cannot be made (the tool is missing, fails, lists nothing) is a one-line error: a device count is
@@ -347,26 +359,23 @@ def devices_here(name: str) -> Devices:
         return Devices(name, ("cpu",))
     executable = shlex.split(listing.command)[0]
     if shutil.which(executable) is None:
-        raise ReprokitError(
-            f"cannot count this machine's {name} devices: {executable} is not on PATH (the driver's tools); "
-            "install them, or give the count with --devices N"
+        raise CannotCount(
+            name,
+            f"{executable} is not on PATH (the driver's tools)",
+            "install them, or give the count with --devices N",
         )
     try:
         done = run_tool(listing.command)
     except subprocess.TimeoutExpired as timed_out:
-        raise ReprokitError(
-            f"cannot count this machine's {name} devices: `{listing.command}` gave no answer in "
-            f"{timed_out.timeout:.0f} s (stopped)"
+        raise CannotCount(
+            name, f"`{listing.command}` gave no answer in {timed_out.timeout:.0f} s (stopped)"
         ) from None
     except OSError as error:
-        raise ReprokitError(
-            f"cannot count this machine's {name} devices: `{listing.command}` could not run: {error.strerror or error}"
-        ) from None
+        raise CannotCount(name, f"`{listing.command}` could not run: {error.strerror or error}") from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
-        raise ReprokitError(
-            f"cannot count this machine's {name} devices: `{listing.command}` exited {done.returncode}"
-            f"{': ' + said[-1].strip() if said else ''}"
+        raise CannotCount(
+            name, f"`{listing.command}` exited {done.returncode}{': ' + said[-1].strip() if said else ''}"
         )
     models: list[str] = []
     partitions = 0
@@ -377,7 +386,7 @@ def devices_here(name: str) -> Devices:
         elif listing.partition and re.search(listing.partition, line):
             partitions += 1
     if not models:
-        raise ReprokitError(f"cannot count this machine's {name} devices: `{listing.command}` lists none")
+        raise CannotCount(name, f"`{listing.command}` lists none")
     return Devices(name, tuple(models), partitions)
 
 

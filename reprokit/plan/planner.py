@@ -44,16 +44,19 @@ def choose_scale(scale: str, accelerator: str) -> str:
     return "smoke" if accelerator == "cpu" else "published"
 
 
-def fitted_devices(accelerator: str, scale: str, asked: int | None) -> int | None:
+def fitted_devices(
+    accelerator: str, scale: str, asked: int | None, here: accelerators.Devices | None = None
+) -> int | None:
     """The devices per cell on this machine: what --devices asked, checked against what is here where
     it can be listed, or, for published cells, the published 8 capped at what is here (a smaller
     machine runs and is compared per device). A machine whose devices cannot be counted, or whose
-    layout cannot hold the ranks (MIG), is refused in one line: a count is never guessed."""
+    layout cannot hold the ranks (MIG), is refused in one line: a count is never guessed. `here`:
+    the listing already made (the driver's tool is not run twice)."""
     if asked is None and scale != "published":
         return None  # each recipe's own (the smoke scale: one device)
     try:
-        here = accelerators.devices_here(accelerator)
-    except ReprokitError:
+        here = here or accelerators.devices_here(accelerator)
+    except accelerators.CannotCount:
         if asked is not None:
             return asked  # the user's count, which nothing here can check
         raise

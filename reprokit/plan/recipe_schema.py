@@ -216,8 +216,9 @@ class Scale(Strict):
         default=None,
         ge=0,
         description="what one run directory of this scale writes at most (logs, events, tables, the checkpoint "
-        "its trainer saves): measured for a scale that runs here, from the model's size otherwise; the "
-        "preflight's storage check adds them up with a margin (without it: 64 MiB a cell)",
+        "its trainer saves): measured for a scale that runs here (the largest of its run directories, on "
+        "each runtime: Slurm's job files make it larger), from the model's size otherwise; the preflight's "
+        "storage check adds them up with a margin, beside the session's own files (without it: 64 MiB a cell)",
     )
 
 

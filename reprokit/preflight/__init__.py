@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprokit.contract import sessions
-from reprokit.plan.planner import trainers_found
+from reprokit.plan.planner import Plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.preflight.checks import CHECKS
 from reprokit.preflight.context import Context
@@ -24,12 +24,18 @@ from reprokit.run.plugin_options import runtime_for
 STEP_TIMEOUT_S = 900.0
 
 
-def run(request: Request, out: str | None = None, steps: bool = True) -> Report:
+def run(
+    request: Request, out: str | Path | None = None, steps: bool = True, planned: Plan | None = None
+) -> Report:
     """The preflight of the session `request` describes; `steps`: run a few real steps of each
-    trainer and loader variant (the rest takes seconds)."""
-    # Not fitted to this machine here: the devices check says what fits, per cell, instead of stopping.
-    the_plan = plan(request, fit_devices=False)
-    the_plan.messages += trainers_found(the_plan.cells, the_plan.container)
+    trainer and loader variant (the rest takes seconds). `planned`: the plan itself, already made
+    and said (a dry run's, a resumed session's cells that would run again)."""
+    if planned is None:
+        # Not fitted to this machine here: the devices check says what fits, per cell, instead of stopping.
+        the_plan = plan(request, fit_devices=False)
+        the_plan.messages += trainers_found(the_plan.cells, the_plan.container)
+    else:
+        the_plan = planned
     context = Context(
         plan=the_plan,
         request=request,

@@ -121,7 +121,7 @@ class Report:
         figures = [r for r in cell.references if r.get("value") is not None]
         if self.device_name is None and figures:
             keys = ", ".join(dict.fromkeys(r["device"] for r in figures))
-            return JUDGED, f"where the nodes' devices are one it has a figure for ({keys})"
+            return JUDGED, f"where the devices it runs on are one it has a figure for ({keys})"
         mine = [r for r in figures if r.get("device") == self.device]
         if mine:
             shown = "; ".join(figure(r, cell.unit) for r in mine)

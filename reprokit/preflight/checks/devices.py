@@ -39,9 +39,24 @@ class Devices(Check):
                     "the local runtime runs one node; several nodes need --runtime slurm", True, several
                 )
             )
+        asked = context.request.devices
         try:
             here = accelerators.devices_here(plan.accelerator)
-            devices = fitted_devices(plan.accelerator, plan.scale, context.request.devices)
+        except accelerators.CannotCount as error:
+            if asked is None:
+                return [*found, self.finding(str(error), blocks=True)]
+            # The count the refusal itself advises, used as given as `reproduce` uses it: said, not
+            # refused (a driver's tool can be missing or broken where the devices answer; where the
+            # cells run in this Python, the trainers check holds the count to what its torch sees).
+            for cell in context.cells:
+                cell.devices = asked
+            context.devices_unverified = asked
+            return [
+                *found,
+                self.finding(f"warning: --devices {asked} is used as given, not verified: {error.reason}"),
+            ]
+        try:
+            devices = fitted_devices(plan.accelerator, plan.scale, asked, here)
         except ReprokitError as error:
             return [*found, self.finding(str(error), blocks=True)]
         found.append(self.finding(f"{here.describe()} ({plan.accelerator})"))
@@ -58,7 +73,10 @@ class Devices(Check):
         figure of another device is never set beside this one's number), never refused for it."""
         key = context.device_key
         published = [c for c in context.cells if c.scale == "published" and not c.beyond]
-        with_figure = [c for c in published if any(r.get("device") == key for r in c.references)]
+        # A ratio reference names no device: None is no device's key, never a match for one.
+        with_figure = [
+            c for c in published if key is not None and any(r.get("device") == key for r in c.references)
+        ]
         ratios = [c for c in published if any(r.get("ratio") is not None for r in c.references)]
         parts = [f"{len(with_figure)} cell(s) have a published figure for it"]
         if ratios:

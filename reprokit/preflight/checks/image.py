@@ -12,12 +12,14 @@ import sys
 from reprokit import images
 from reprokit.contract.errors import ReprokitError
 from reprokit.images import pins
-from reprokit.preflight import baseimage
+from reprokit.preflight import baseimage, imagereads
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
 
 READ_BACK_TIMEOUT_S = 180
+# Said of an answer kept from an earlier read of the same image (imagereads.py).
+KEPT = "as read before from this image id"
 
 
 def kit_layer(context: Context) -> frozenset[str]:
@@ -68,15 +70,13 @@ class Image(Check):
                     engine.images.get(reference)
                 except Exception:  # noqa: BLE001 -- not here: try the next name, then the kit's image
                     continue
-                output = engine.containers.run(reference, ["sh", "-c", script], remove=True)
-                return output.decode(errors="replace"), f"the base {reference}", frozenset()
+                output, kept = imagereads.run(engine, reference, ["sh", "-c", script])
+                said = f"the base {reference}" + (f" ({KEPT})" if kept else "")
+                return output.decode(errors="replace"), said, frozenset()
             tag = getattr(options, "image", None) or images.image_tag(profile)
-            output = engine.containers.run(tag, ["sh", "-c", script], remove=True)
-            return (
-                output.decode(errors="replace"),
-                f"the kit's image {tag} (its own layer left out)",
-                kit_layer(context),
-            )
+            output, kept = imagereads.run(engine, tag, ["sh", "-c", script])
+            said = f"the kit's image {tag} (its own layer left out" + (f"; {KEPT})" if kept else ")")
+            return output.decode(errors="replace"), said, kit_layer(context)
         if context.container == "apptainer" and context.plan.runtime == "local" and shutil.which("apptainer"):
             image = getattr(options, "image", None) or str(images.export_path(profile, "apptainer"))
             done = subprocess.run(

@@ -13,7 +13,9 @@ import sys
 
 from reprokit import images
 from reprokit.contract import trainers
+from reprokit.preflight import imagereads
 from reprokit.preflight.checks.base import Check
+from reprokit.preflight.checks.image import KEPT
 from reprokit.preflight.context import Context
 from reprokit.preflight.findings import Finding
 
@@ -56,6 +58,8 @@ def parse(output: str) -> dict | None:
 
 class Trainers(Check):
     name = "trainers"
+    # Whether the image's answer was kept from an earlier read of the same image id (imagereads.py).
+    kept = False
 
     def run(self, context: Context) -> list[Finding]:
         if context.blocked_everywhere():
@@ -96,13 +100,16 @@ class Trainers(Check):
         if context.container == "docker":
             tag = getattr(options, "image", None) or images.image_tag(profile)
             engine = images.client(timeout=IMPORT_TIMEOUT_S)
-            output = engine.containers.run(
+            # No device is counted in the image (REPROKIT_PROBE_DEVICES unset): its answer is the image's
+            # alone, kept by its id.
+            output, kept = imagereads.run(
+                engine,
                 tag,
                 [profile.python, "-c", PROBE, *modules],
                 environment={"PYTHONPATH": "/opt/reprokit"},
-                remove=True,
                 stderr=True,
             )
+            self.kept = kept
             return output.decode(errors="replace"), f"the image {tag}"
         if context.container == "apptainer" and context.plan.runtime == "local" and shutil.which("apptainer"):
             image = getattr(options, "image", None) or str(images.export_path(profile, "apptainer"))
@@ -134,24 +141,32 @@ class Trainers(Check):
                 )
             )
         seen = found.get("cuda_devices")
-        if context.profile.name == "cuda" and cuda and seen is not None and context.device_name:
+        # Counted on this machine: the cells' devices where the driver listed them, or where the user gave
+        # a count the driver's tool could not verify (this is then the count's only check).
+        of = None
+        if context.device_name:
+            of = f"of the {context.device_name} the driver lists"
+        elif context.devices_unverified:
+            of = f"(--devices {context.devices_unverified}, which the driver's tool could not verify)"
+        if context.profile.name == "cuda" and cuda and seen is not None and of:
             wanted = max((c.devices for c in context.cells), default=1)
             if seen < wanted:
                 result.append(
                     self.finding(
                         f"the torch of {where} ({torch}) sees {seen} CUDA device(s), the cells would use {wanted} "
-                        f"of the {context.device_name} the driver lists: check CUDA_VISIBLE_DEVICES, and that the "
-                        f"driver is new enough for CUDA {cuda}",
+                        f"{of}: check CUDA_VISIBLE_DEVICES, and that the driver is new enough for CUDA {cuda}",
                         True,
                     )
                 )
         if not result:
             seconds = sum(o.get("seconds", 0.0) for o in found["modules"].values())
             built = f", CUDA {cuda}" if cuda else ""
+            kept = f" ({KEPT})" if self.kept else ""
             result.append(
                 self.finding(
                     f"{len(found['modules'])} trainer module(s) import in {where} in {seconds:.0f} s"
                     + (f" (torch {torch}{built})" if torch else "")
+                    + kept
                 )
             )
         return result
