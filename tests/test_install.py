@@ -254,8 +254,11 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(built, installed
     dry = _run(
         installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu"
     )
-    assert dry.returncode == 0, dry.stderr
+    # The run.sh it would run is shown; its checks then find this Python without the train extra and
+    # refuse as the run would (exit 3), with the same advice (asserted below for the run).
+    assert dry.returncode == 3, dry.stderr
     assert "-m reprokit_trainers.bridgetower" in dry.stdout
+    assert "which lacks torch" in dry.stderr and "install the kit with its train extra" in dry.stderr
     rendered = _run(installed, elsewhere, "reprokit", "render", "volo", "--accelerator", "cuda")
     assert rendered.returncode == 0, rendered.stderr
     context = elsewhere / "rendered" / "docker" / "cuda"

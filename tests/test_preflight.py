@@ -515,6 +515,42 @@ def test_what_an_image_answered_is_kept_by_its_id_and_a_rebuilt_image_is_asked_a
     assert imagereads.run(engine, "reprokit/cpu:1", read) == (b"answer 7", False)
 
 
+def test_what_this_python_answered_is_kept_until_a_trainer_file_or_a_package_folder_changes(tmp_path):
+    """A dry run ends with the trainers' import in this Python (torch and transformers: seconds each
+    time); an unchanged Python answers from what it said before, a changed one is asked again."""
+    from reprokit.preflight.pythonreads import KEPT
+
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "one"}])
+    mine = tmp_path / "mine"
+    (mine / "helpers").mkdir(parents=True)
+    (mine / "helpers" / "__init__.py").write_text("")
+    env = {
+        **fake_env(),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "PYTHONPATH": str(tmp_path / "site"),
+    }
+    env["REPROKIT_TRAINERS_PATH"] += os.pathsep + str(mine)
+    (tmp_path / "site").mkdir()
+
+    def trainers_said() -> str:
+        done = run_inv(
+            "preflight", str(recipe), *CPU, "--no-steps", "--json", "--out", str(tmp_path), env=env
+        )
+        assert done.returncode == 0, done.stderr
+        (said,) = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "trainers"]
+        assert said.startswith("1 trainer module(s) import in this Python"), said
+        return said
+
+    assert KEPT not in trainers_said()
+    assert KEPT in trainers_said()
+    (mine / "helpers" / "__init__.py").write_text("EDITED = True\n")  # a trainer's source edited
+    assert KEPT not in trainers_said()
+    assert KEPT in trainers_said()
+    (tmp_path / "site" / "newpackage").mkdir()  # a package installed on the path
+    assert KEPT not in trainers_said()
+    assert KEPT in trainers_said()
+
+
 class FakeEngine:
     """The Docker SDK's client as imagereads uses it: an image's id by its tag, and a container's output
     (numbered, to tell a run from a kept answer)."""

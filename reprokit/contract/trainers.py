@@ -35,6 +35,13 @@ def search_path() -> str:
     return f"{given}{os.pathsep}{kit}" if given else kit
 
 
+def source_folders() -> list[Path]:
+    """The folders of trainer code on that path: REPROKIT_TRAINERS_PATH's and the kit's trainers package
+    (not the folder around it, which in an installed kit is all of site-packages)."""
+    given = os.environ.get("REPROKIT_TRAINERS_PATH", "")
+    return [*(Path(p) for p in given.split(os.pathsep) if p), package_dir()]
+
+
 @cache
 def _summary_checker() -> Any:
     """The trainers' own stdlib-only check of a summary (reprokit_trainers/common/record/summaryschema.py),

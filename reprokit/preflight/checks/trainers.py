@@ -13,7 +13,7 @@ import sys
 
 from reprokit import images
 from reprokit.contract import trainers
-from reprokit.preflight import imagereads
+from reprokit.preflight import imagereads, pythonreads
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.checks.image import KEPT
 from reprokit.preflight.context import Context
@@ -58,8 +58,8 @@ def parse(output: str) -> dict | None:
 
 class Trainers(Check):
     name = "trainers"
-    # Whether the image's answer was kept from an earlier read of the same image id (imagereads.py).
-    kept = False
+    # Where the answer was kept from an earlier read (imagereads.py, pythonreads.py): said beside it.
+    kept = ""
 
     def run(self, context: Context) -> list[Finding]:
         if context.blocked_everywhere():
@@ -85,8 +85,15 @@ class Trainers(Check):
         profile = context.profile
         if context.container == "none":
             path = os.pathsep.join(p for p in (trainers.search_path(), os.environ.get("PYTHONPATH")) if p)
-            # The devices this Python's torch sees: the ones the driver listed, on this very machine.
-            env = {**os.environ, "PYTHONPATH": path, "REPROKIT_PROBE_DEVICES": "1"}
+            where = f"this Python ({sys.executable})"
+            name = pythonreads.key(modules, path, trainers.source_folders())
+            output = pythonreads.kept(name)
+            if output is not None:
+                self.kept = pythonreads.KEPT
+                return output, where
+            env = {**os.environ, "PYTHONPATH": path}
+            if _counts(context):  # the devices this Python's torch sees, where the cells' count is checked
+                env["REPROKIT_PROBE_DEVICES"] = "1"
             done = subprocess.run(
                 [sys.executable, "-c", PROBE, *modules],
                 capture_output=True,
@@ -95,7 +102,11 @@ class Trainers(Check):
                 timeout=IMPORT_TIMEOUT_S,
                 stdin=subprocess.DEVNULL,
             )
-            return done.stdout + done.stderr, f"this Python ({sys.executable})"
+            output = done.stdout + done.stderr
+            found = parse(output)
+            if found is not None and "cuda_devices" not in found:
+                pythonreads.keep(name, output)
+            return output, where
         options = context.runtime.container.options
         if context.container == "docker":
             tag = getattr(options, "image", None) or images.image_tag(profile)
@@ -109,7 +120,7 @@ class Trainers(Check):
                 environment={"PYTHONPATH": "/opt/reprokit"},
                 stderr=True,
             )
-            self.kept = kept
+            self.kept = KEPT if kept else ""
             return output.decode(errors="replace"), f"the image {tag}"
         if context.container == "apptainer" and context.plan.runtime == "local" and shutil.which("apptainer"):
             image = getattr(options, "image", None) or str(images.export_path(profile, "apptainer"))
@@ -141,14 +152,8 @@ class Trainers(Check):
                 )
             )
         seen = found.get("cuda_devices")
-        # Counted on this machine: the cells' devices where the driver listed them, or where the user gave
-        # a count the driver's tool could not verify (this is then the count's only check).
-        of = None
-        if context.device_name:
-            of = f"of the {context.device_name} the driver lists"
-        elif context.devices_unverified:
-            of = f"(--devices {context.devices_unverified}, which the driver's tool could not verify)"
-        if context.profile.name == "cuda" and cuda and seen is not None and of:
+        of = _counts(context)
+        if cuda and seen is not None and of:
             wanted = max((c.devices for c in context.cells), default=1)
             if seen < wanted:
                 result.append(
@@ -161,7 +166,7 @@ class Trainers(Check):
         if not result:
             seconds = sum(o.get("seconds", 0.0) for o in found["modules"].values())
             built = f", CUDA {cuda}" if cuda else ""
-            kept = f" ({KEPT})" if self.kept else ""
+            kept = f" ({self.kept})" if self.kept else ""
             result.append(
                 self.finding(
                     f"{len(found['modules'])} trainer module(s) import in {where} in {seconds:.0f} s"
@@ -170,3 +175,16 @@ class Trainers(Check):
                 )
             )
         return result
+
+
+def _counts(context: Context) -> str | None:
+    """Whose count of devices this Python's torch is held to (None: no count is checked here): on cuda,
+    the devices the driver listed on this very machine, or a count the user gave that the driver's tool
+    could not verify (this is then the count's only check)."""
+    if context.profile.name != "cuda":
+        return None
+    if context.device_name:
+        return f"of the {context.device_name} the driver lists"
+    if context.devices_unverified:
+        return f"(--devices {context.devices_unverified}, which the driver's tool could not verify)"
+    return None

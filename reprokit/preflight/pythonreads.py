@@ -1,0 +1,87 @@
+"""What the trainers' import probe answered in this machine's Python, kept by what decides it: a second
+dry run or preflight of an unchanged environment starts no Python that imports torch (seconds each).
+
+The key is what an import's outcome rests on: the interpreter (its path and file), the modules asked
+for, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
+on the child's path as a whole (its modification time changes when pip installs, upgrades or removes a
+package there, a dist-info folder's name carrying the version), with the environment variables that
+steer loading native libraries. An answer that counted devices is never kept: devices come and go,
+and the count is checked where it is made. An edit inside an installed package that leaves its
+folder's listing as it was is not seen; the answer then says it was kept, and the stepped preflight
+imports for real. A kept answer that cannot be written costs the next run a Python, nothing else."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from reprokit.contract import files
+from reprokit.contract.errors import ReprokitError
+from reprokit.preflight import imagereads
+
+# Variables that change what a native extension loads (CUDA, ROCm, Habana libraries) or where Python looks.
+STEERING = (
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONHOME",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+    "VIRTUAL_ENV",
+)
+
+
+KEPT = "as read before in this unchanged Python"
+
+
+def folder() -> Path:
+    return imagereads.folder().parent / "python-reads"
+
+
+def _stat(path: Path) -> list[int] | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return [found.st_mtime_ns, found.st_size]
+
+
+def _sources(roots: list[Path]) -> list:
+    """Each Python file under the trainers' folders: the code the probe imports from them."""
+    return sorted(
+        [str(path), *(_stat(path) or [])]
+        for root in roots
+        for path in root.rglob("*.py")
+        if "__pycache__" not in path.parts
+    )
+
+
+def key(modules: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
+    """The answer's key in this process's environment (the probe's child inherits it); `trainer_folders`:
+    the folders whose every source file is read into it (the kit's trainers, a user's under development)."""
+    interpreter = Path(sys.executable)
+    path_entries = [p for p in pythonpath.split(os.pathsep) if p] + [p for p in sys.path if p]
+    facts = {
+        "python": [str(interpreter), str(interpreter.resolve()), _stat(interpreter.resolve()), sys.version],
+        "modules": modules,
+        "pythonpath": pythonpath,
+        "trainers": _sources(trainer_folders),
+        "folders": {entry: _stat(Path(entry)) for entry in dict.fromkeys(path_entries)},
+        "environment": {name: os.environ.get(name) for name in STEERING},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def kept(name: str) -> str | None:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return (folder() / name).read_text()
+    return None
+
+
+def keep(name: str, output: str) -> None:
+    with contextlib.suppress(OSError, ReprokitError):
+        files.make_dir(folder())
+        files.write_bytes(folder() / name, output.encode())
