@@ -5,9 +5,13 @@ tests/test_slurm.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -15,15 +19,28 @@ import jsonschema
 import pytest
 
 from reprokit import schemas
-from tests.conftest import run_inv
+from tests.conftest import ROOT, run_inv
 from tests.fakes import fake_env, fake_recipe
 from tests.fakes.drivers import NVIDIA, nvidia_smi
+from tests.test_slurm import cluster  # noqa: F401 - the fixture of a cluster that answers
 
 
 def accepted(session: Path) -> dict:
     found = json.loads((session / "acceptance.json").read_text())
     jsonschema.Draft202012Validator(schemas.schema("acceptance")).validate(found)
     return found
+
+
+@contextlib.contextmanager
+def _environ(env: dict):
+    """The kit in this process lists the devices with the PATH it sees: the fake driver's."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +55,11 @@ def four_gpus(tmp_path_factory):
           "args": {"fake_rate_by_device": "0=100,1=100,2=60,3=100", "fake_crash_on_device": "3"}}],
     )  # fmt: skip
     env = {**fake_env(), "PATH": f"{root / 'bin'}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
+    with _environ(env):
         result = run_inv(
             "accept", str(recipe), "--per-device", "--accelerator", "cuda", "--scale", "smoke",
             "--container", "none", "--results", str(root / "out"), env=env,
         )  # fmt: skip
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     sessions = sorted((root / "out").iterdir())
     return result, sessions[-1]
 
@@ -77,7 +89,9 @@ def test_the_slow_gpu_and_the_failed_one_are_named_worst_first_and_the_run_exits
     failed, slow = found["nodes"][:2]
     assert failed["error"].startswith("RuntimeError: device 3 fell off the bus")
     assert slow["measured"] == 60 and slow["others_median"] == 100
-    assert slow["reasons"][0] == "40% below the other 2 device(s)' median 100 samples/s (more than 10%)"
+    assert (
+        slow["reasons"][0] == "40% below the median of the other 2 device(s), 100 samples/s (more than 10%)"
+    )
     # Per device: no Slurm node to drain.
     assert found["drain"] == []
     # The table, worst first, in the terminal.
@@ -100,3 +114,169 @@ def test_the_page_draws_a_bar_per_gpu_with_the_fleet_median(four_gpus):
     page = (session / "acceptance.html").read_text()
     assert page.count("<rect") == 1 + 3  # the fleet's band, and a bar per measured GPU
     assert "<title>fleet median</title>" in page and "failed</text>" in page
+
+
+def test_two_acceptance_runs_compare_node_by_node_and_history_keeps_each_gpu_a_series(four_gpus):
+    """Before and after (a driver update, a reseated GPU): compare names the GPUs whose figure changed."""
+    _, before = four_gpus
+    root = before.parent.parent
+    nvidia_smi(root / "bin", [NVIDIA["h100"]] * 4)
+    (root / "after").mkdir()
+    recipe = fake_recipe(
+        root / "after" / "fake.yaml",
+        [{"name": "v", "baseline": True, "args": {"fake_rate_by_device": "0=60,1=100,2=100,3=100"}}],
+    )
+    env = {**fake_env(), "PATH": f"{root / 'bin'}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
+    with _environ(env):
+        after_run = run_inv(
+            "accept", str(recipe), "--per-device", "--accelerator", "cuda", "--scale", "smoke",
+            "--container", "none", "--results", str(root / "out"), env=env,
+        )  # fmt: skip
+    assert after_run.returncode == 1 and "gpu0 (slow)" in after_run.stderr, after_run.stderr
+    after = sorted((root / "out").iterdir())[-1]
+    compared = run_inv("compare", "-a", str(before), "-b", str(after), "--noise", "5", "--json")
+    assert compared.returncode == 0, compared.stderr
+    found = json.loads(compared.stdout)
+    jsonschema.Draft202012Validator(schemas.schema("compare")).validate(found)
+    verdicts = {c["cell_id"]: c["verdict"] for c in found["cells"]}
+    assert verdicts["fake--v--gpu0"] == "regressed" and verdicts["fake--v--gpu2"] == "improved"
+    assert verdicts["fake--v--gpu1"] == "same"
+    history = json.loads(run_inv("history", "fake", "--results", str(root / "out"), "--json").stdout)
+    series = sorted({(r["session"], r["cell_id"]) for r in history["rows"]})
+    # Each GPU its own series in each session (gpu3 failed in the first: no figure to plot).
+    assert [c for s, c in series if s == before.name] == ["fake--v--gpu0", "fake--v--gpu1", "fake--v--gpu2"]
+    assert [c for s, c in series if s == after.name] == [f"fake--v--gpu{i}" for i in range(4)]
+
+
+# ---- on the CI cluster's two nodes -----------------------------------------------------------------
+# Both Slurm nodes are daemons on this one machine. A node is made slower for real: its slurmd is moved
+# into a CPU cgroup of low weight (cpu.shares 256 against the 1024 of everything else), which its job
+# steps inherit, and a hog spins on each CPU so that the CPUs are contended even on an idle machine: the
+# node's trainer gets about a quarter of the CPU time of a process beside it, the other node's about as
+# much as one, whatever else this machine runs. Nothing the trainer reads is changed. (Not nice: each
+# job step runs in a session of its own, whose autogroup takes no account of a process's nice.)
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+SLOW_SHARES = 256
+
+
+def _vit_fleet_recipe(tmp_path: Path) -> Path:
+    """The ViT ladder's smoke baseline over 24 steps (the recipe's 6 measure 0.3 s, too short a window
+    for a node's share of the CPUs to show through this machine's other work)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "recipes" / "vit-speedups.yaml").read_text())
+    data["name"] = "vitfleet"
+    data["scales"]["smoke"]["args"].update(max_steps=24, logging_steps=4)
+    path = tmp_path / "vitfleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def _light_cgroup(node: str):
+    """The node's slurmd (every thread: any may fork a job step) in a CPU cgroup of SLOW_SHARES, put
+    back in the root cgroup after; skips where this machine has no writable cgroup v1 cpu controller."""
+    group = CPU_CGROUP / f"reprokit-test-slow-{node}"
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cpu.shares").write_text(str(SLOW_SHARES))
+    except OSError as exc:
+        pytest.skip(f"no writable CPU cgroup here ({CPU_CGROUP}: {exc.strerror}) to slow a node's jobs with")
+    pid = int(Path(f"/run/reprokit-slurm/slurmd-{node}.pid").read_text())
+    (group / "cgroup.procs").write_text(str(pid))
+    try:
+        yield
+    finally:
+        for tid in (group / "tasks").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPU_CGROUP / "tasks").write_text(tid)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+@contextlib.contextmanager
+def _hogs():
+    """A process spinning on each CPU until the test ends: what a stray job or a runaway daemon does."""
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}),
+        )
+        for cpu in sorted(os.sched_getaffinity(0))
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def _accept_on_cluster(tmp_path: Path, recipe: Path, *extra: str, env: dict | None = None):
+    return run_inv(
+        "accept", str(recipe), "--runtime", "slurm", "--accelerator", "cpu", "--scale", "smoke",
+        "--container", "none", "--partition", "ci", "--results", str(tmp_path / "out"), *extra,
+        timeout=600, env=env,
+    )  # fmt: skip
+
+
+def _latest(tmp_path: Path) -> Path:
+    return sorted((tmp_path / "out").iterdir())[-1]
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("cluster")
+def test_a_node_slowed_by_a_cpu_hog_is_named_and_the_same_run_unslowed_passes(tmp_path):
+    recipe = _vit_fleet_recipe(tmp_path)
+    # n1's jobs get about a quarter of n2's CPU time under contention: a gap far beyond 25%. --min-gap 0.25 keeps this machine's
+    # other work (the rest of the suite) from making an unslowed node slow.
+    started = time.monotonic()
+    with _light_cgroup("n1"), _hogs():
+        slowed = _accept_on_cluster(tmp_path, recipe, "--variant", "baseline", "--min-gap", "0.25")
+    slowed_s = time.monotonic() - started
+    slowed_session = _latest(tmp_path)
+    started = time.monotonic()
+    unslowed = _accept_on_cluster(tmp_path, recipe, "--variant", "baseline", "--min-gap", "0.25")
+    unslowed_s = time.monotonic() - started
+    print(f"acceptance of two nodes: {slowed_s:.0f} s with n1 slowed, {unslowed_s:.0f} s without")
+    assert slowed.returncode == 1, slowed.stdout + slowed.stderr[-3000:]
+    assert "1 of 2 node(s) failing: n1 (slow)" in slowed.stderr
+    found = accepted(slowed_session)
+    assert [(n["target"], n["status"]) for n in found["nodes"]] == [("n1", "slow"), ("n2", "pass")]
+    slow = found["nodes"][0]
+    assert slow["reasons"][0].startswith(f"{slow['gap']:.0%} below the median of the other 1 node(s), ")
+    assert slow["identity"]["slurm_node"] == "n1" and slow["identity"]["machine"] == "n1"
+    assert slow["job_id"] and found["drain"] == [
+        f"scontrol update nodename=n1 state=drain reason='reprokit accept: slow: {slow['reasons'][0]}'"
+    ]
+    assert "scontrol update nodename=n1 state=drain" in slowed.stdout  # printed, never run:
+    assert (
+        subprocess.run(["sinfo", "-h", "-n", "n1", "-o", "%t"], capture_output=True, text=True).stdout.strip()
+        != "drain"
+    )
+    suite = ElementTree.parse(slowed_session / "acceptance.xml").getroot()
+    assert (suite.get("failures"), suite.get("errors")) == ("1", "0")
+    assert "<title>fleet median</title>" in (slowed_session / "acceptance.html").read_text()
+    assert unslowed.returncode == 0, unslowed.stdout + unslowed.stderr[-3000:]
+    assert accepted(_latest(tmp_path))["passed"]
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("cluster")
+def test_a_node_drained_while_its_job_waits_is_failed_with_its_state_and_the_other_is_judged(tmp_path):
+    recipe = fake_recipe(tmp_path / "fake.yaml", [{"name": "v", "baseline": True, "args": {}}])
+    subprocess.run(["scontrol", "update", "nodename=n2", "state=drain", "reason=fan failure"], check=True)
+    try:
+        result = _accept_on_cluster(tmp_path, recipe, env=fake_env())
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], check=True)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    found = accepted(_latest(tmp_path))
+    failed, other = found["nodes"]
+    assert (failed["target"], failed["status"]) == ("n2", "failed")
+    assert re.fullmatch(r"node n2 is drain(ed|ing) \(fan failure\): its Slurm job \d+ waited and was cancelled",
+                        failed["error"])  # fmt: skip
+    # n1 measured, alone: no sibling and no published figure at the smoke scale to hold it to.
+    assert (other["target"], other["status"], other["measured"]) == ("n1", "not judged", 100.0)
+    state = subprocess.run(["squeue", "-h", "-j", failed["job_id"]], capture_output=True, text=True)
+    assert state.stdout.strip() == ""

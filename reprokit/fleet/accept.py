@@ -102,7 +102,7 @@ def accept(
     result = outputs.Acceptance(session_dir, base, mode, rule, judge(judged, rule))
     written = outputs.write(result)
     outputs.print_table(result)
-    outputs.say_drains(result, console)
+    outputs.say_drains(result)
     console.print(
         f"Acceptance: {written['html']} (JSON {written['json'].name}, JUnit {written['junit'].name})",
         highlight=False, markup=False,

@@ -188,7 +188,7 @@ def judge(pairs: list[tuple[Any, Row | None, Path]], rule: Rule = DEFAULT_RULE) 
             if gap > threshold:
                 verdict.status = SLOW
                 verdict.reasons.append(
-                    f"{gap:.0%} below the other {len(others)} {target.kind}(s)' median {median:.4g} {row.unit} "
+                    f"{gap:.0%} below the median of the other {len(others)} {target.kind}(s), {median:.4g} {row.unit} "
                     f"(more than {threshold:.0%})"
                 )
         if verdict.status == SLOW:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.contract import files, rundirs
-from reprokit.contract.errors import StartFailed
+from reprokit.contract.errors import ReprokitError
 from reprokit.fleet.targets import NODE, Target
 from reprokit.plan.accelerators import Profile
 from reprokit.plan.cells import Cell
@@ -97,7 +97,8 @@ def _start(runtime: Runtime, target: Target, cell: Cell, run_dir: Path, profile:
     """The cell started on its target, or its settled summary where it could not start."""
     try:
         handle = runtime_on(runtime, target).start(cell, run_dir, profile)
-    except StartFailed as exc:
+    except ReprokitError as exc:
+        # Its own failure (sbatch refused the job, no image): the other targets still run.
         return rundirs.finish(run_dir, None, str(exc))
     process = handle.process()
     if process is not None:

@@ -80,7 +80,7 @@ def print_table(found: Acceptance, console: Console | None = None) -> None:
             f"[{STYLES.get(v.status, 'magenta')}]{v.status}[/]",
             _rate(v.measured),
             _rate(v.others_median),
-            "-" if v.gap is None else f"{-v.gap:+.0%}",
+            "-" if v.gap is None else f"{-v.gap:+.0%}" if abs(v.gap) >= 0.005 else "0%",
             _rate(v.published),
             markup(why or ""),
         )
@@ -193,9 +193,10 @@ def write(found: Acceptance) -> dict[str, Path]:
     }
 
 
-def say_drains(found: Acceptance, console: Console) -> None:
+def say_drains(found: Acceptance) -> None:
+    """The drain commands on stdout, beside the table: what an operator copies, or a script reads."""
     commands = drain_commands(found)
     if commands:
-        console.print("To drain the failing nodes (the kit drains nothing itself):", highlight=False)
+        print("# To drain the failing nodes (the kit drains nothing itself):")
         for command in commands:
-            console.print(line(command), markup=False, highlight=False)
+            print(line(command))
