@@ -19,6 +19,10 @@ import jsonschema
 import pytest
 
 from reprokit import schemas
+from reprokit.contract.records import Departure
+from reprokit.fleet.judging import judge
+from reprokit.fleet.targets import Target
+from reprokit.judge.result_row import Row
 from tests.conftest import ROOT, run_inv
 from tests.fakes import fake_env, fake_recipe
 from tests.fakes.drivers import NVIDIA, nvidia_smi
@@ -146,6 +150,84 @@ def test_two_acceptance_runs_compare_node_by_node_and_history_keeps_each_gpu_a_s
     # Each GPU its own series in each session (gpu3 failed in the first: no figure to plot).
     assert [c for s, c in series if s == before.name] == ["fake--v--gpu0", "fake--v--gpu1", "fake--v--gpu2"]
     assert [c for s, c in series if s == after.name] == [f"fake--v--gpu{i}" for i in range(4)]
+
+
+def test_an_acceptance_session_is_not_resumed_as_a_plan_of_flags_would_be(four_gpus):
+    _, session = four_gpus
+    result = run_inv("resume", str(session))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"reprokit: {session.name} is an acceptance run (`accept`): run the acceptance again, a new session "
+        "that `compare` can set beside this one\n"
+    )
+
+
+# ---- the rule, on rows as collect makes them -------------------------------------------------------
+
+
+def _node(name: str, rate: float | None, **row) -> tuple[Target, Row, Path]:
+    fields = {"status": "ok" if rate is not None else "failed", "measured_per_device": rate,
+              "unit": "img/s", "cell_id": f"c--on-{name}", **row}  # fmt: skip
+    return Target("node", name, {"slurm_node": name}), Row(**fields), Path("/nowhere") / name
+
+
+def test_a_node_within_its_siblings_spread_passes_and_one_beyond_it_is_slow_with_the_measured_cause():
+    same = {"data_wait_share": 0.05, "provenance": {"hw_accelerator_power_limit_w": 700.0}}
+    fleet = [_node(f"n{i}", rate, **same) for i, rate in enumerate([100, 98, 103, 97, 101, 99])]
+    # 12% below: beyond the 10% gap, but within 3 x 1.4826 x MAD of noisier siblings it would pass.
+    slow = _node("n6", 88.0, data_wait_share=0.30, provenance={"hw_accelerator_power_limit_w": 400.0},
+                 departures=[Departure(reason="the machine was shared while the run measured")])  # fmt: skip
+    found = {v.target: v for v in judge([*fleet, slow])}
+    assert {n for n, v in found.items() if v.status == "slow"} == {"n6"}
+    assert found["n6"].reasons == [
+        "12% below the median of the other 6 node(s), 99.5 img/s (more than 10%)",
+        "data wait 30% of the measured window (others 5%)",
+        "power limit (W) 400 (others 700)",
+        "departure: the machine was shared while the run measured",
+    ]
+    noisy = [_node(f"n{i}", rate) for i, rate in enumerate([100, 80, 120, 90, 110, 85])]
+    spread = {v.target: v for v in judge([*noisy, _node("n6", 84.0)])}
+    assert spread["n6"].status == "pass" and spread["n6"].threshold > 0.3
+
+
+def test_a_node_below_the_publication_is_slow_even_when_its_siblings_are_as_slow():
+    published = {"verdict": "slower", "ratio_per_device": 0.7, "reference_per_device": 100.0}
+    found = judge([_node("a", 70.0, **published), _node("b", 70.0, **published)])
+    assert [v.status for v in found] == ["slow", "slow"]
+    assert found[0].reasons[0] == "70% of the published 100 img/s per device"
+
+
+def test_a_failed_node_is_named_with_its_error_and_never_counts_in_the_median():
+    found = judge([_node("a", 100.0), _node("b", None, error="CUDA error: an illegal memory access"),
+                   _node("c", 50.0)])  # fmt: skip
+    assert [(v.target, v.status) for v in found] == [("b", "failed"), ("c", "slow"), ("a", "pass")]
+    assert found[0].error == "CUDA error: an illegal memory access" and found[0].measured is None
+    assert found[1].others_median == 100.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--deviations", "many"), "reprokit: --deviations many: give a number from 0 to 100"),
+        (("--min-gap", "1.5"), "reprokit: --min-gap 1.5: give a number from 0 to 1"),
+        (("--runtime", "local"), "reprokit: an acceptance run over nodes runs one Slurm job per node: --runtime slurm"),
+        (("--per-device", "--runtime", "local", "--container", "docker"),
+         "reprokit: --per-device sets each run's visible device, which a Docker container does not take"),
+    ],
+)  # fmt: skip
+def test_a_bad_acceptance_request_is_one_line_naming_what_to_give(flags, said, tmp_path):
+    result = run_inv("accept", "bridgetower", "--variant", "workers0", "--accelerator", "cpu", "--scale", "smoke",
+                     "--results", str(tmp_path / "out"), *flags)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith(said), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_an_acceptance_run_is_of_one_cell():
+    result = run_inv(
+        "accept", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--runtime", "slurm"
+    )
+    assert result.returncode == 2
+    assert "an acceptance run measures one cell on every node; these flags plan 3" in result.stderr
 
 
 # ---- on the CI cluster's two nodes -----------------------------------------------------------------

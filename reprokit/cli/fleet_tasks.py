@@ -11,7 +11,10 @@ ACCEPT_FIELDS = ("accelerator", "scale", "runtime", "container", "variant", "res
                  "partition", "account", "time_limit", "exclusive", "image", "repeat", "timeout", "quiet")  # fmt: skip
 
 
-def _number(flag: str, value, low: float, high: float) -> float:
+def _number(flag: str, value, low: float, high: float, default: float) -> float:
+    """A flag's number within [low, high] (invoke would convert a float flag's text with a traceback)."""
+    if value is None:
+        return default
     try:
         found = float(value)
     except (TypeError, ValueError):
@@ -32,23 +35,29 @@ def _number(flag: str, value, low: float, high: float) -> float:
             False,
             "on this machine: the one-device cell on each device alone, in turn (--runtime local)",
         ),
-        "k": (3.0, "how many robust deviations (1.4826 x MAD of the other nodes) below their median is slow"),
-        "min_gap": (0.10, "the least gap below the other nodes' median that is slow (0.10: 10%)"),
+        "deviations": (
+            None,
+            "k: how many robust deviations (1.4826 x MAD of the other nodes) below their median is slow "
+            "(default 3)",
+        ),
+        "min_gap": (None, "the least gap below the other nodes' median that is slow (default 0.10: 10%)"),
     },  # fmt: skip
 )
 @friendly
-def accept(c, recipe, options: RunOptions, nodelist=None, per_device=False, k=3.0, min_gap=0.10):
+def accept(c, recipe, options: RunOptions, nodelist=None, per_device=False, deviations=None, min_gap=None):
     """Run one cell on every node (one Slurm job each, at once) or, with --per-device, on each device of
     this machine alone, then judge each: against the published figure per device where the cell has
-    one, and against the other nodes' median (slow when below it by more than max(k x 1.4826 x MAD,
+    one, and against the other nodes' median (slow when below it by more than max(--deviations x 1.4826 x MAD,
     --min-gap)), each slow node with what its run measured that explains it, each failed one with its
     error. Writes acceptance.html, acceptance.json (reprokit/schemas/acceptance.schema.json) and
     acceptance.xml (JUnit) in the session, prints the table worst first and the `scontrol update ...
     state=drain` commands for the failing nodes (never run); exits 1 when any node is slow or failed."""
     from reprokit.fleet.accept import accept as accepting
-    from reprokit.fleet.judging import Rule
+    from reprokit.fleet.judging import MIN_GAP, K, Rule
 
-    rule = Rule(_number("--k", k, 0.0, 100.0), _number("--min-gap", min_gap, 0.0, 1.0))
+    rule = Rule(
+        _number("--deviations", deviations, 0.0, 100.0, K), _number("--min-gap", min_gap, 0.0, 1.0, MIN_GAP)
+    )
     options, site = with_settings(options)
     found = accepting(request([recipe], options, site), options.results, bool(per_device), nodelist, rule)
     if found.failing:

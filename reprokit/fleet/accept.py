@@ -6,6 +6,7 @@ as its own series and machine, `inv compare A B` names the nodes whose figure ch
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 
 from rich.markup import escape
@@ -55,7 +56,7 @@ def accept(
 ) -> outputs.Acceptance:
     """Run the acceptance session; returns what it found (the caller decides the exit code)."""
     if per_device:
-        request.devices = 1
+        request = replace(request, devices=1)
     elif request.nodes not in (None, 1):
         raise ReprokitError(f"--nodes {request.nodes}: an acceptance run runs its cell on one node per job")
     the_plan = plan(request)
