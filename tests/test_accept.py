@@ -175,7 +175,12 @@ def test_a_node_within_its_siblings_spread_passes_and_one_beyond_it_is_slow_with
     same = {"data_wait_share": 0.05, "provenance": {"hw_accelerator_power_limit_w": 700.0}}
     fleet = [_node(f"n{i}", rate, **same) for i, rate in enumerate([100, 98, 103, 97, 101, 99])]
     # 12% below: beyond the 10% gap, but within 3 x 1.4826 x MAD of noisier siblings it would pass.
-    slow = _node("n6", 88.0, data_wait_share=0.30, provenance={"hw_accelerator_power_limit_w": 400.0},
+    identity = {
+        "hostname": "gpu-a06",
+        "hw_accelerator_uuids": "GPU-5a7c,GPU-0b1d",
+        "hw_accelerator_serials": None,
+    }
+    slow = _node("n6", 88.0, data_wait_share=0.30, provenance={"hw_accelerator_power_limit_w": 400.0, **identity},
                  departures=[Departure(reason="the machine was shared while the run measured")])  # fmt: skip
     found = {v.target: v for v in judge([*fleet, slow])}
     assert {n for n, v in found.items() if v.status == "slow"} == {"n6"}
@@ -185,6 +190,12 @@ def test_a_node_within_its_siblings_spread_passes_and_one_beyond_it_is_slow_with
         "power limit (W) 400 (others 700)",
         "departure: the machine was shared while the run measured",
     ]
+    # Named by what its run recorded of the node and its GPUs (what it did not say is left out).
+    assert found["n6"].identity == {
+        "slurm_node": "n6",
+        "hostname": "gpu-a06",
+        "hw_accelerator_uuids": "GPU-5a7c,GPU-0b1d",
+    }
     noisy = [_node(f"n{i}", rate) for i, rate in enumerate([100, 80, 120, 90, 110, 85])]
     spread = {v.target: v for v in judge([*noisy, _node("n6", 84.0)])}
     assert spread["n6"].status == "pass" and spread["n6"].threshold > 0.3

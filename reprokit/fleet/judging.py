@@ -37,6 +37,7 @@ FACTS = {
     "hw_accelerator_pcie_link": "PCIe link",
     "hw_accelerator_ecc_mode": "ECC",
     "hw_accelerator_driver_version": "driver",
+    "hw_accelerator_vbios_versions": "VBIOS",
     "hw_host_cpus_usable": "CPUs usable",
     "hw_host_memory_usable_bytes": "memory usable (bytes)",
     "image_id": "image",
@@ -44,7 +45,8 @@ FACTS = {
 # What names a node or device in its row: the target's own, then what its run recorded.
 IDENTITY = ("hostname", "machine", "device_name", "hw_accelerator_model_name", "driver",
             "hw_accelerator_driver_version", "hw_accelerator_cuda_driver_version", "cuda",
-            "hw_accelerator_pcie_link", "hw_host_processor_model_name")  # fmt: skip
+            "hw_accelerator_pcie_link", "hw_accelerator_uuids", "hw_accelerator_serials",
+            "hw_accelerator_pci_bus_ids", "hw_accelerator_vbios_versions", "hw_host_processor_model_name")  # fmt: skip
 
 
 @dataclass(frozen=True)
