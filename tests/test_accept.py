@@ -373,3 +373,6 @@ def test_a_node_drained_while_its_job_waits_is_failed_with_its_state_and_the_oth
     assert (other["target"], other["status"], other["measured"]) == ("n1", "not judged", 100.0)
     state = subprocess.run(["squeue", "-h", "-j", failed["job_id"]], capture_output=True, text=True)
     assert state.stdout.strip() == ""
+    # Each node's job was pinned to it, and names it as the machine its run recorded (history's series).
+    sbatch = (_latest(tmp_path) / "runs" / "fake--v--on-n2" / "sbatch.sh").read_text()
+    assert "#SBATCH --nodelist=n2\n" in sbatch and "export REPROKIT_MACHINE=n2\n" in sbatch

@@ -54,9 +54,9 @@ class Rule:
     k: float = K
     min_gap: float = MIN_GAP
 
-    def describe(self) -> str:
+    def describe(self, kind: str = "node") -> str:
         return (
-            f"slow when below the other nodes' median by more than max({self.k:g} x 1.4826 x MAD, "
+            f"slow when below the median of the other {kind}s by more than max({self.k:g} x 1.4826 x MAD, "
             f"{self.min_gap:.0%}) of it"
         )
 

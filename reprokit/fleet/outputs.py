@@ -55,7 +55,7 @@ class Acceptance:
         band = self.band()
         return schemas.tagged("acceptance", {
             "session": str(self.session), "cell": self.cell, "mode": self.mode,
-            "rule": {"k": self.rule.k, "min_gap": self.rule.min_gap, "text": self.rule.describe()},
+            "rule": {"k": self.rule.k, "min_gap": self.rule.min_gap, "text": self.rule.describe(self.mode)},
             "fleet": {"median": band[0], "low": band[1], "high": band[2]} if band else None,
             "passed": not self.failing,
             "nodes": [v.to_json() for v in self.verdicts],
@@ -85,7 +85,7 @@ def print_table(found: Acceptance, console: Console | None = None) -> None:
             markup(why or ""),
         )
     console.print(view)
-    console.print(markup(f"Rule: {found.rule.describe()}."), highlight=False)
+    console.print(markup(f"Rule: {found.rule.describe(found.mode)}."), highlight=False)
 
 
 def drain_commands(found: Acceptance) -> list[str]:
@@ -172,7 +172,7 @@ def page(found: Acceptance) -> str:
         f"<title>acceptance of {html(found.cell)}</title></head><body>"
         f"<h1>Acceptance of {html(found.cell)} ({html(found.mode)})</h1>"
         f"<p>{'Passed' if not found.failing else f'{len(found.failing)} of {len(found.verdicts)} failing'}. "
-        f"{html(found.rule.describe())}; the shaded band is the fleet's median -/+ that gap, the dashed "
+        f"{html(found.rule.describe(found.mode))}; the shaded band is the fleet's median -/+ that gap, the dashed "
         "line the published figure per device.</p>"
         + "".join(parts)
         + "<table border='1' cellspacing='0' cellpadding='3'><tr><th>target</th><th>status</th>"
