@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -20,7 +21,8 @@ import pytest
 
 from reprokit import schemas
 from reprokit.contract.records import Departure
-from reprokit.fleet.judging import judge
+from reprokit.fleet.judging import DEFAULT_RULE, judge
+from reprokit.fleet.outputs import Acceptance, drain_commands, junit
 from reprokit.fleet.targets import Target
 from reprokit.judge.result_row import Row
 from tests.conftest import ROOT, run_inv
@@ -214,6 +216,27 @@ def test_a_failed_node_is_named_with_its_error_and_never_counts_in_the_median():
     assert [(v.target, v.status) for v in found] == [("b", "failed"), ("c", "slow"), ("a", "pass")]
     assert found[0].error == "CUDA error: an illegal memory access" and found[0].measured is None
     assert found[1].others_median == 100.0
+
+
+def test_an_error_with_control_characters_keeps_the_junit_xml_readable_and_the_drain_command_one_line(
+    tmp_path,
+):
+    hostile = "RuntimeError: \x1b[2Jcleared\nsecond line\x00 and a quote ' too"
+    found = Acceptance(
+        tmp_path, "c", "node", DEFAULT_RULE, judge([_node("n1", None, error=hostile), _node("n2", 100.0)])
+    )
+    suite = ElementTree.fromstring(junit(found).encode())
+    assert (
+        suite.find("testcase/error").get("message")
+        == "RuntimeError: \\x1b[2Jcleared\\nsecond line\\x00 and a quote ' too"
+    )
+    (command,) = drain_commands(found)
+    assert (
+        "\n" not in command
+        and "\x1b" not in command
+        and command.startswith("scontrol update nodename=n1 state=drain")
+    )
+    assert shlex.split(command)[-1].startswith("reason=reprokit accept: failed: RuntimeError: \\x1b[2J")
 
 
 @pytest.mark.parametrize(

@@ -94,9 +94,10 @@ def drain_commands(found: Acceptance) -> list[str]:
         return []
     commands = []
     for v in found.failing:
-        why = f"reprokit accept: {v.status}: {v.error if v.status == FAILED else v.reasons[0]}"
+        # One line (a trainer's error may hold a newline or an escape), short enough for Slurm's reason.
+        why = line(f"reprokit accept: {v.status}: {v.error if v.status == FAILED else v.reasons[0]}", 200)
         commands.append(
-            f"scontrol update nodename={shlex.quote(v.target)} state=drain reason={shlex.quote(why[:200])}"
+            f"scontrol update nodename={shlex.quote(v.target)} state=drain reason={shlex.quote(why)}"
         )
     return commands
 
@@ -109,13 +110,14 @@ def junit(found: Acceptance) -> str:
         errors=str(sum(v.status == FAILED for v in found.verdicts)),
     )  # fmt: skip
     for v in found.verdicts:
-        case = ElementTree.SubElement(suite, "testcase", classname=found.cell, name=v.target)
+        case = ElementTree.SubElement(suite, "testcase", classname=line(found.cell), name=line(v.target))
         if v.status == SLOW:
-            ElementTree.SubElement(case, "failure", message="; ".join(v.reasons)[:1000], type="slow")
+            ElementTree.SubElement(case, "failure", message=line("; ".join(v.reasons), 1000), type="slow")
         elif v.status == FAILED:
-            ElementTree.SubElement(case, "error", message=str(v.error)[:1000], type="failed")
+            # line(): a control character is no XML 1.0 character; a reader would refuse the whole file.
+            ElementTree.SubElement(case, "error", message=line(v.error, 1000), type="failed")
         elif v.status != PASS:
-            ElementTree.SubElement(case, "skipped", message="; ".join(v.reasons)[:1000])
+            ElementTree.SubElement(case, "skipped", message=line("; ".join(v.reasons), 1000))
     return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
