@@ -129,6 +129,7 @@ def page(found: Acceptance) -> str:
     strip and a line, the published figure as a dashed line, then the table with the reasons."""
     values = [x for v in found.verdicts for x in (v.measured, v.published) if x is not None]
     band = found.band()
+    unit = next((v.unit for v in found.verdicts if v.unit), "")
     top = max(values + ([band[2]] if band else []), default=1.0) * 1.1
     height = len(found.verdicts) * (BAR_H + GAP) + 30
 
@@ -160,7 +161,7 @@ def page(found: Acceptance) -> str:
                          f"{_rate(v.published)}</title></line>")  # fmt: skip
     parts.append(f'<text x="{LABEL_W}" y="{height - 4}" font-size="11">0</text>'
                  f'<text x="{LABEL_W + BAR_W}" y="{height - 4}" font-size="11" text-anchor="end">'
-                 f"{_rate(top)}</text></svg>")  # fmt: skip
+                 f"{_rate(top)} {html(unit, 40)} per device</text></svg>")  # fmt: skip
     rows = "".join(
         f"<tr><td>{html(v.target, 64)}</td><td>{html(v.status)}</td><td>{_rate(v.measured)}</td>"
         f"<td>{_rate(v.others_median)}</td><td>{_rate(v.published)}</td>"
@@ -174,8 +175,8 @@ def page(found: Acceptance) -> str:
         f"<title>acceptance of {html(found.cell)}</title></head><body>"
         f"<h1>Acceptance of {html(found.cell)} ({html(found.mode)})</h1>"
         f"<p>{'Passed' if not found.failing else f'{len(found.failing)} of {len(found.verdicts)} failing'}. "
-        f"{html(found.rule.describe(found.mode))}; the shaded band is the fleet's median -/+ that gap, the dashed "
-        "line the published figure per device.</p>"
+        f"The rule: {html(found.rule.describe(found.mode))}; the shaded band is the fleet's median -/+ that "
+        "gap, the dashed line the published figure per device.</p>"
         + "".join(parts)
         + "<table border='1' cellspacing='0' cellpadding='3'><tr><th>target</th><th>status</th>"
         "<th>per device</th><th>others' median</th><th>published</th><th>why</th><th>identity</th></tr>"
