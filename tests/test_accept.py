@@ -21,8 +21,10 @@ import pytest
 
 from reprokit import schemas
 from reprokit.contract.records import Departure
-from reprokit.fleet.judging import DEFAULT_RULE, judge
+from reprokit.fleet.judging import DEFAULT_RULE, FAILED, PASS, judge
 from reprokit.fleet.outputs import Acceptance, drain_commands, junit
+from reprokit.fleet.pairs import PairVerdict, ring
+from reprokit.fleet.pairs import judge as judge_pairs
 from reprokit.fleet.targets import Target
 from reprokit.judge.result_row import Row
 from tests.conftest import ROOT, run_inv
@@ -218,6 +220,30 @@ def test_a_failed_node_is_named_with_its_error_and_never_counts_in_the_median():
     assert found[1].others_median == 100.0
 
 
+def test_a_slow_link_among_pairs_is_named_and_a_failed_pair_keeps_its_error():
+    def pair(a: str, b: str, busbw: float | None, error: str | None = None) -> PairVerdict:
+        return PairVerdict(f"{a}-{b}", [a, b], PASS if busbw is not None else FAILED, busbw, error=error)
+
+    ring_ = [pair("n1", "n2", 22.0), pair("n2", "n3", 23.0), pair("n3", "n4", 9.5), pair("n4", "n5", 22.5),
+             pair("n5", "n1", None, "RuntimeError: NCCL error: remote process exited (Slurm job 7 FAILED)")]  # fmt: skip
+    found = judge_pairs(ring_, DEFAULT_RULE)
+    assert [(v.pair, v.status) for v in found] == [
+        ("n5-n1", "failed"), ("n3-n4", "slow"), ("n1-n2", "pass"), ("n4-n5", "pass"), ("n2-n3", "pass"),
+    ]  # fmt: skip
+    assert found[1].reasons == [
+        "58% below the median of the other 3 pair(s), 22.5 GB/s bus bandwidth (more than 10%)"
+    ]
+    assert [(a.name, b.name) for a, b in ring([Target("node", n) for n in ("n1", "n2", "n3")])] == [
+        ("n1", "n2"), ("n2", "n3"), ("n3", "n1"),
+    ]  # fmt: skip
+    # A pair's case in the JUnit XML beside the nodes'.
+    suite = ElementTree.fromstring(
+        junit(Acceptance(Path("s"), "c", "node", DEFAULT_RULE, [], found)).encode()
+    )
+    assert suite.get("failures") == "1" and suite.get("errors") == "1"
+    assert [c.get("name") for c in suite.iter("testcase")][:2] == ["pair n5-n1", "pair n3-n4"]
+
+
 def test_an_error_with_control_characters_keeps_the_junit_xml_readable_and_the_drain_command_one_line(
     tmp_path,
 ):
@@ -245,6 +271,7 @@ def test_an_error_with_control_characters_keeps_the_junit_xml_readable_and_the_d
         (("--deviations", "many"), "reprokit: --deviations many: give a number from 0 to 100"),
         (("--min-gap", "1.5"), "reprokit: --min-gap 1.5: give a number from 0 to 1"),
         (("--runtime", "local"), "reprokit: an acceptance run over nodes runs one Slurm job per node: --runtime slurm"),
+        (("--per-device", "--pairs"), "reprokit: --pairs measures the collective between nodes; --per-device runs"),
         (("--per-device", "--runtime", "local", "--container", "docker"),
          "reprokit: --per-device sets each run's visible device, which a Docker container does not take"),
     ],
@@ -352,7 +379,7 @@ def test_a_node_slowed_by_a_cpu_hog_is_named_and_the_same_run_unslowed_passes(tm
     slowed_s = time.monotonic() - started
     slowed_session = _latest(tmp_path)
     started = time.monotonic()
-    unslowed = _accept_on_cluster(tmp_path, recipe, "--variant", "baseline", "--min-gap", "0.25")
+    unslowed = _accept_on_cluster(tmp_path, recipe, "--variant", "baseline", "--min-gap", "0.25", "--pairs")
     unslowed_s = time.monotonic() - started
     print(f"acceptance of two nodes: {slowed_s:.0f} s with n1 slowed, {unslowed_s:.0f} s without")
     assert slowed.returncode == 1, slowed.stdout + slowed.stderr[-3000:]
@@ -374,7 +401,14 @@ def test_a_node_slowed_by_a_cpu_hog_is_named_and_the_same_run_unslowed_passes(tm
     assert (suite.get("failures"), suite.get("errors")) == ("1", "0")
     assert "<title>fleet median</title>" in (slowed_session / "acceptance.html").read_text()
     assert unslowed.returncode == 0, unslowed.stdout + unslowed.stderr[-3000:]
-    assert accepted(_latest(tmp_path))["passed"]
+    found = accepted(_latest(tmp_path))
+    assert found["passed"]
+    # --pairs: the all-reduce between the two nodes, gloo on the CPU, one pair: measured, nothing to hold it to.
+    (pair,) = found["pairs"]
+    assert (pair["pair"], pair["status"]) == ("n1-n2", "not judged") and pair["busbw"] > 0
+    measured = json.loads((Path(pair["run_dir"]) / "allreduce.json").read_text())
+    # Rank 0 is wherever the rendezvous put it: the hosts in any order, one rank on each node.
+    assert measured["backend"] == "gloo" and sorted(measured["hosts"]) == ["n1", "n2"]
 
 
 @pytest.mark.slurm

@@ -40,18 +40,33 @@ def _number(flag: str, value, low: float, high: float, default: float) -> float:
             "k: how many robust deviations (1.4826 x MAD of the other nodes) below their median is slow "
             "(default 3)",
         ),
+        "pairs": (
+            False,
+            "then the collective between neighbouring nodes (a ring of two-node jobs: all-reduce bus bandwidth), "
+            "each pair held to the others by the same rule",
+        ),
         "min_gap": (None, "the least gap below the other nodes' median that is slow (default 0.10: 10%)"),
     },  # fmt: skip
 )
 @friendly
-def accept(c, recipe, options: RunOptions, nodelist=None, per_device=False, deviations=None, min_gap=None):
+def accept(
+    c,
+    recipe,
+    options: RunOptions,
+    nodelist=None,
+    per_device=False,
+    deviations=None,
+    min_gap=None,
+    pairs=False,
+):
     """Run one cell on every node (one Slurm job each, at once) or, with --per-device, on each device of
     this machine alone, then judge each: against the published figure per device where the cell has
     one, and against the other nodes' median (slow when below it by more than max(--deviations x 1.4826 x MAD,
     --min-gap)), each slow node with what its run measured that explains it, each failed one with its
     error. Writes acceptance.html, acceptance.json (reprokit/schemas/acceptance.schema.json) and
     acceptance.xml (JUnit) in the session, prints the table worst first and the `scontrol update ...
-    state=drain` commands for the failing nodes (never run); exits 1 when any node is slow or failed."""
+    state=drain` commands for the failing nodes (never run); exits 1 when any node (or, with --pairs, any
+    pair) is slow or failed."""
     from reprokit.fleet.accept import accept as accepting
     from reprokit.fleet.judging import MIN_GAP, K, Rule
 
@@ -59,7 +74,15 @@ def accept(c, recipe, options: RunOptions, nodelist=None, per_device=False, devi
         _number("--deviations", deviations, 0.0, 100.0, K), _number("--min-gap", min_gap, 0.0, 1.0, MIN_GAP)
     )
     options, site = with_settings(options)
-    found = accepting(request([recipe], options, site), options.results, bool(per_device), nodelist, rule)
+    found = accepting(
+        request([recipe], options, site), options.results, bool(per_device), nodelist, rule, bool(pairs)
+    )
+    said = []
     if found.failing:
         names = ", ".join(f"{v.target} ({v.status})" for v in found.failing)
-        raise RunFailed(f"{len(found.failing)} of {len(found.verdicts)} {found.mode}(s) failing: {names}")
+        said.append(f"{len(found.failing)} of {len(found.verdicts)} {found.mode}(s) failing: {names}")
+    if found.failing_pairs:
+        names = ", ".join(f"{v.pair} ({v.status})" for v in found.failing_pairs)
+        said.append(f"{len(found.failing_pairs)} of {len(found.pairs)} pair(s) failing: {names}")
+    if said:
+        raise RunFailed("; ".join(said))

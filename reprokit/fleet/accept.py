@@ -16,6 +16,7 @@ from reprokit.contract import files, sessions
 from reprokit.contract.console import console
 from reprokit.contract.errors import ReprokitError
 from reprokit.fleet import launch, outputs, targets
+from reprokit.fleet import pairs as pair_check
 from reprokit.fleet.cells import one_cell, per_target
 from reprokit.fleet.judging import DEFAULT_RULE, Rule, judge
 from reprokit.plan import accelerators
@@ -26,6 +27,9 @@ from reprokit.run.containers.base import LOCAL
 from reprokit.run.placement import plan
 from reprokit.run.plugin_options import runtime_for
 from reprokit.run.runtimes.slurm import SlurmRuntime
+
+# Where the pairs' jobs go: beside runs/, which collect reads as the cells' run directories.
+PAIRS = "pairs"
 
 
 def _targets(request: Request, runtime, per_device: bool, nodelist: str | None, accelerator: str):
@@ -53,8 +57,14 @@ def accept(
     per_device: bool = False,
     nodelist: str | None = None,
     rule: Rule = DEFAULT_RULE,
+    check_pairs: bool = False,
 ) -> outputs.Acceptance:
-    """Run the acceptance session; returns what it found (the caller decides the exit code)."""
+    """Run the acceptance session (and, `check_pairs`, the collective between neighbouring nodes);
+    returns what it found (the caller decides the exit code)."""
+    if per_device and check_pairs:
+        raise ReprokitError(
+            "--pairs measures the collective between nodes; --per-device runs on this machine alone"
+        )
     if per_device:
         request = replace(request, devices=1)
     elif request.nodes not in (None, 1):
@@ -63,6 +73,8 @@ def accept(
     cells = one_cell(the_plan)
     runtime = runtime_for(the_plan, request.runtime_options)
     found, mode = _targets(request, runtime, per_device, nodelist, the_plan.accelerator)
+    if check_pairs and len(found) < 2:
+        raise ReprokitError(f"--pairs measures the collective between nodes: {len(found)} node(s) to accept")
     pairs = per_target(cells, found)
     if nodelist is None and mode == "node":
         runtime.where(cells)  # the partition: there and up, in sinfo's words
@@ -90,6 +102,13 @@ def accept(
         launch.run(
             runtime, pairs, profile, session_dir / sessions.RUNS, mode == "node", request.timeout, said
         )
+    links = []
+    if check_pairs:
+        links = pair_check.run(
+            runtime, cells[0], profile, found, session_dir / PAIRS, rule, request.timeout,
+            lambda v: console.print(f"pair {v.pair}: " + (f"{v.busbw:.3g} GB/s bus bandwidth" if v.busbw is not None
+                                                          else f"[red]failed[/red] {escape(str(v.error))}")),
+        )  # fmt: skip
     rows = _rows(session_dir)
     by_series = {r.series_id or r.cell_id: r for r in rows}
     seen: set[str] = set()
@@ -100,7 +119,7 @@ def accept(
         seen.add(cell.series_id)
         run_dir = session_dir / sessions.RUNS / cell.cell_id
         judged.append((target, by_series.get(cell.series_id), run_dir))
-    result = outputs.Acceptance(session_dir, base, mode, rule, judge(judged, rule))
+    result = outputs.Acceptance(session_dir, base, mode, rule, judge(judged, rule), links)
     written = outputs.write(result)
     outputs.print_table(result)
     outputs.say_drains(result)

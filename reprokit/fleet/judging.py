@@ -91,6 +91,17 @@ class NodeVerdict:
         return dict(self.__dict__)
 
 
+def against_others(value: float, others: list[float], rule: Rule) -> tuple[float, float, float, float] | None:
+    """(the others' median, their MAD, how far below that median `value` is as a share of it, the gap
+    beyond which it is slow); None where there are no others."""
+    if not others:
+        return None
+    median = statistics.median(others)
+    mad = statistics.median([abs(x - median) for x in others])
+    threshold = max(rule.k * NORMAL_MAD * mad / median, rule.min_gap)
+    return median, mad, (median - value) / median, threshold
+
+
 def _rate(row: Row) -> float | None:
     rate = row.measured_per_device
     ok = row.status in ("ok", "partial") and verdicts.not_a_rate(rate) is None
@@ -178,13 +189,10 @@ def judge(pairs: list[tuple[Any, Row | None, Path]], rule: Rule = DEFAULT_RULE) 
                     f"slower than published: {row.verdict_reasons or ''}".strip()
                 )  # fmt: skip
         others = [(t, r) for t, r in measured if t is not target]
-        if others:
+        compared = against_others(rate, [rates[id(t)] for t, _ in others], rule)
+        if compared is not None:
             judged = True
-            theirs = [rates[id(t)] for t, _ in others]
-            median = statistics.median(theirs)
-            mad = statistics.median([abs(x - median) for x in theirs])
-            threshold = max(rule.k * NORMAL_MAD * mad / median, rule.min_gap)
-            gap = (median - rate) / median
+            median, mad, gap, threshold = compared
             verdict.others_median, verdict.others_mad = median, mad
             verdict.gap, verdict.threshold = gap, threshold
             if gap > threshold:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -20,6 +20,7 @@ from reprokit import schemas
 from reprokit.contract import files
 from reprokit.contract.textsafe import html, line, markup
 from reprokit.fleet.judging import FAILED, PASS, SLOW, NodeVerdict, Rule
+from reprokit.fleet.pairs import PairVerdict
 from reprokit.fleet.targets import NODE
 
 JSON, HTML, JUNIT = "acceptance.json", "acceptance.html", "acceptance.xml"
@@ -36,10 +37,16 @@ class Acceptance:
     mode: str
     rule: Rule
     verdicts: list[NodeVerdict]
+    # The pairs' collective (--pairs), worst first.
+    pairs: list[PairVerdict] = field(default_factory=list)
 
     @property
     def failing(self) -> list[NodeVerdict]:
         return [v for v in self.verdicts if v.status in (SLOW, FAILED)]
+
+    @property
+    def failing_pairs(self) -> list[PairVerdict]:
+        return [v for v in self.pairs if v.status in (SLOW, FAILED)]
 
     def band(self) -> tuple[float, float, float] | None:
         """The fleet's median and its band (median -/+ the rule's threshold), over every measured node."""
@@ -57,8 +64,9 @@ class Acceptance:
             "session": str(self.session), "cell": self.cell, "mode": self.mode,
             "rule": {"k": self.rule.k, "min_gap": self.rule.min_gap, "text": self.rule.describe(self.mode)},
             "fleet": {"median": band[0], "low": band[1], "high": band[2]} if band else None,
-            "passed": not self.failing,
+            "passed": not self.failing and not self.failing_pairs,
             "nodes": [v.to_json() for v in self.verdicts],
+            "pairs": [v.to_json() for v in self.pairs],
             "drain": drain_commands(self),
         })  # fmt: skip
 
@@ -85,6 +93,17 @@ def print_table(found: Acceptance, console: Console | None = None) -> None:
             markup(why or ""),
         )
     console.print(view)
+    if found.pairs:
+        links = Table(title="the collective between pairs of nodes (all-reduce bus bandwidth), worst first")
+        for header in ("pair", "status", "GB/s", "others' median", "gap", "why"):
+            links.add_column(header, overflow="fold")
+        for v in found.pairs:
+            links.add_row(
+                markup(v.pair), f"[{STYLES.get(v.status, 'magenta')}]{v.status}[/]", _rate(v.busbw),
+                _rate(v.others_median), "-" if v.gap is None else f"{-v.gap:+.0%}",
+                markup(v.error if v.status == FAILED else "; ".join(v.reasons)),
+            )  # fmt: skip
+        console.print(links)
     console.print(markup(f"Rule: {found.rule.describe(found.mode)}."), highlight=False)
 
 
@@ -104,13 +123,15 @@ def drain_commands(found: Acceptance) -> list[str]:
 
 def junit(found: Acceptance) -> str:
     """JUnit XML: one test suite, a test case per node, a failure (slow) or an error (failed) each."""
+    cases = [*found.verdicts, *found.pairs]
     suite = ElementTree.Element(
-        "testsuite", name=f"reprokit accept {found.cell}", tests=str(len(found.verdicts)),
-        failures=str(sum(v.status == SLOW for v in found.verdicts)),
-        errors=str(sum(v.status == FAILED for v in found.verdicts)),
+        "testsuite", name=f"reprokit accept {line(found.cell)}", tests=str(len(cases)),
+        failures=str(sum(v.status == SLOW for v in cases)),
+        errors=str(sum(v.status == FAILED for v in cases)),
     )  # fmt: skip
-    for v in found.verdicts:
-        case = ElementTree.SubElement(suite, "testcase", classname=line(found.cell), name=line(v.target))
+    for v in cases:
+        name = v.target if isinstance(v, NodeVerdict) else f"pair {v.pair}"
+        case = ElementTree.SubElement(suite, "testcase", classname=line(found.cell), name=line(name))
         if v.status == SLOW:
             ElementTree.SubElement(case, "failure", message=line("; ".join(v.reasons), 1000), type="slow")
         elif v.status == FAILED:
