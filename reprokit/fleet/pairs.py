@@ -125,14 +125,18 @@ def _measure(runtime, cell, profile, pair, run_dir, timeout) -> PairVerdict:
         verdict.error = str(exc)
         return verdict
     started = time.monotonic()
-    state = slurm.job_state(verdict.job_id)
-    while state is not None and not state.finished:
-        if timeout is not None and time.monotonic() - started > timeout:
-            slurm.cancel(verdict.job_id)
-            verdict.error = rundirs.timed_out(f"{rundirs.seconds_text(timeout)} s (--timeout)")
-            return verdict
-        time.sleep(runtime.poll_seconds)
+    try:
         state = slurm.job_state(verdict.job_id)
+        while state is not None and not state.finished:
+            if timeout is not None and time.monotonic() - started > timeout:
+                slurm.cancel(verdict.job_id)
+                verdict.error = rundirs.timed_out(f"{rundirs.seconds_text(timeout)} s (--timeout)")
+                return verdict
+            time.sleep(runtime.poll_seconds)
+            state = slurm.job_state(verdict.job_id)
+    except KeyboardInterrupt:
+        slurm.cancel(verdict.job_id)  # Ctrl-C stops the pair's job as it stops the nodes' ones
+        raise
     files.write_json(run_dir / rundirs.FILES["slurm_job"], {"job_id": verdict.job_id, "state": state and state.state,
                                                             "exit_code": state and state.exit_code})  # fmt: skip
     try:
