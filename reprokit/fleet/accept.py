@@ -18,8 +18,9 @@ from reprokit.contract.errors import ReprokitError
 from reprokit.fleet import launch, outputs, targets
 from reprokit.fleet import pairs as pair_check
 from reprokit.fleet.cells import one_cell, per_target
-from reprokit.fleet.judging import DEFAULT_RULE, Rule, judge
+from reprokit.fleet.judging import DEFAULT_RULE, NodeVerdict, Rule, judge
 from reprokit.plan import accelerators
+from reprokit.plan.cells import Cell
 from reprokit.plan.request import Request
 from reprokit.report import report
 from reprokit.run import machinelock, session, supervise
@@ -75,7 +76,7 @@ def accept(
     found, mode = _targets(request, runtime, per_device, nodelist, the_plan.accelerator)
     if check_pairs and len(found) < 2:
         raise ReprokitError(f"--pairs measures the collective between nodes: {len(found)} node(s) to accept")
-    pairs = per_target(cells, found)
+    placed = per_target(cells, found)
     if nodelist is None and mode == "node":
         runtime.where(cells)  # the partition: there and up, in sinfo's words
     for message in the_plan.messages:
@@ -83,7 +84,7 @@ def accept(
     profile = accelerators.get(the_plan.accelerator)
     runtime.check(profile)
     session_dir = session.new_dir(out)
-    the_plan.cells = [cell for _, cell in pairs]
+    the_plan.cells = [cell for _, cell in placed]
     session.save(session_dir, the_plan, request)
     _mark(session_dir, mode, found, rule)
     base = cells[0].series_id or cells[0].cell_id
@@ -100,7 +101,7 @@ def accept(
     held = machinelock.held(session_dir, console.print) if mode == "device" else contextlib.nullcontext()
     with held:
         launch.run(
-            runtime, pairs, profile, session_dir / sessions.RUNS, mode == "node", request.timeout, said
+            runtime, placed, profile, session_dir / sessions.RUNS, mode == "node", request.timeout, said
         )
     links = []
     if check_pairs:
@@ -109,17 +110,7 @@ def accept(
             lambda v: console.print(f"pair {v.pair}: " + (f"{v.busbw:.3g} GB/s bus bandwidth" if v.busbw is not None
                                                           else f"[red]failed[/red] {escape(str(v.error))}")),
         )  # fmt: skip
-    rows = _rows(session_dir)
-    by_series = {r.series_id or r.cell_id: r for r in rows}
-    seen: set[str] = set()
-    judged = []
-    for target, cell in pairs:
-        if cell.series_id in seen:
-            continue
-        seen.add(cell.series_id)
-        run_dir = session_dir / sessions.RUNS / cell.cell_id
-        judged.append((target, by_series.get(cell.series_id), run_dir))
-    result = outputs.Acceptance(session_dir, base, mode, rule, judge(judged, rule), links)
+    result = outputs.Acceptance(session_dir, base, mode, rule, _verdicts(session_dir, placed, rule), links)
     written = outputs.write(result)
     outputs.print_table(result)
     outputs.say_drains(result)
@@ -128,6 +119,19 @@ def accept(
         highlight=False, markup=False,
     )  # fmt: skip
     return result
+
+
+def _verdicts(session_dir: Path, placed: list[tuple[targets.Target, Cell]], rule: Rule) -> list[NodeVerdict]:
+    """Each target's verdict from its series' row (the median of its repeats), as collected."""
+    by_series = {r.series_id or r.cell_id: r for r in _rows(session_dir)}
+    judged = {}
+    for target, cell in placed:
+        # A target's first run directory names it (its job id, its log): every repeat shares its series.
+        judged.setdefault(
+            cell.series_id,
+            (target, by_series.get(cell.series_id), session_dir / sessions.RUNS / cell.cell_id),
+        )
+    return judge(list(judged.values()), rule)
 
 
 def _mark(session_dir: Path, mode: str, found: list[targets.Target], rule: Rule) -> None:
