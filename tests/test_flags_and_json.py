@@ -164,6 +164,7 @@ SESSION_TASKS = [
     "history",
     "compare",
     "export-results",
+    "accept",
 ]
 NOTE = "reprokit: --out is the old name of --results: taken as --results "
 

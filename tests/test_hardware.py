@@ -27,6 +27,10 @@ H100 = {
     "nvlinks": 18,
     "mig": 0,
     "persistence": 1,
+    "uuid": "GPU-5a7c1e4a-9d63-5f0e-8b2a-000000000000",
+    "serial": "1654922000000",
+    "bus": "00000000:18:00.0",
+    "vbios": "96.00.74.00.01",
 }
 
 
@@ -104,6 +108,10 @@ def fake_pynvml(*gpus: dict, unsupported: tuple[str, ...] = (), init_error: type
     answer("nvmlDeviceGetCurrPcieLinkWidth", lambda g: g["pcie"][1])
     answer("nvmlDeviceGetMigMode", lambda g: [g["mig"], g["mig"]])
     answer("nvmlDeviceGetPersistenceMode", lambda g: g["persistence"])
+    answer("nvmlDeviceGetUUID", lambda g: g["uuid"])
+    answer("nvmlDeviceGetSerial", lambda g: g["serial"])
+    answer("nvmlDeviceGetPciInfo", lambda g: types.SimpleNamespace(busId=g["bus"].encode()))
+    answer("nvmlDeviceGetVbiosVersion", lambda g: g["vbios"])
 
     def nvlink_state(g, link):
         if not g["nvlinks"]:
@@ -246,6 +254,10 @@ def test_an_h100_is_described_under_mlperf_names(machine):
         "accelerator_persistence_mode": "enabled",
         "accelerators_uniform": True,
         "accelerators_differ_in": None,
+        "accelerator_uuids": "GPU-5a7c1e4a-9d63-5f0e-8b2a-000000000000",
+        "accelerator_serials": "1654922000000",
+        "accelerator_pci_bus_ids": "00000000:18:00.0",
+        "accelerator_vbios_versions": "96.00.74.00.01",
     }
     assert info["host_processor_model_name"] == "Stub CPU @ 2.00GHz"
     assert "provenance_missing" not in info
@@ -264,6 +276,17 @@ def test_what_a_gpu_cannot_answer_is_none_and_nothing_else_changes(machine):
 def test_a_gpu_without_nvlink_has_zero_links(machine):
     info = machine(fake_pynvml({**H100, "name": "NVIDIA H100 PCIe", "nvlinks": 0}))
     assert (info["accelerator_nvlink_links"], info["accelerator_interconnect"]) == (0, "N/A")
+
+
+def test_every_gpu_of_the_node_is_named_by_its_uuid_serial_pci_bus_and_vbios(machine):
+    second = {**H100, "uuid": "GPU-0b1d", "serial": "1654922000001", "bus": "00000000:2A:00.0"}
+    info = machine(fake_pynvml(H100, second))
+    assert info["accelerator_uuids"] == f"{H100['uuid']},GPU-0b1d"
+    assert info["accelerator_serials"] == "1654922000000,1654922000001"
+    assert info["accelerator_pci_bus_ids"] == "00000000:18:00.0,00000000:2A:00.0"
+    assert info["accelerator_vbios_versions"] == "96.00.74.00.01,96.00.74.00.01"
+    # A GPU that will not say its serial (a consumer board): the node's serials are unknown, not shorter.
+    assert machine(fake_pynvml(H100, unsupported=("nvmlDeviceGetSerial",)))["accelerator_serials"] is None
 
 
 def test_gpus_that_differ_say_so_and_gpu_0_is_the_one_described(machine):

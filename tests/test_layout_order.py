@@ -29,6 +29,7 @@ FLOORS = {
     "report": 7,
     "preflight": 8,
     "pipeline": 9,
+    "fleet": 9,
     "barenode": 9,
     "cli": 10,
     "__main__": 11,

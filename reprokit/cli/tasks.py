@@ -15,7 +15,7 @@ from pathlib import Path
 from invoke import Collection
 
 from reprokit import pipeline as reproducing
-from reprokit.cli import image_tasks, pipes, result_tasks
+from reprokit.cli import fleet_tasks, image_tasks, pipes, result_tasks
 from reprokit.cli.options import (
     PREFLIGHT_FIELDS,
     RENDER_FIELDS,
@@ -272,5 +272,5 @@ def preflight(c, recipe, options: RunOptions, steps=True, json_=False):
 ns = Collection(
     recipes_, show, render, image_tasks.build, image_tasks.pins, image_tasks.wheelhouse, image_tasks.export_,
     run, reproduce, resume, preflight, result_tasks.collect, result_tasks.report, result_tasks.history, result_tasks.compare,
-    result_tasks.export_results,
+    result_tasks.export_results, fleet_tasks.accept,
 )  # fmt: skip

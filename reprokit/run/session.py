@@ -115,6 +115,12 @@ def resume_plan(session_dir: Path, request: Request) -> tuple[Plan, Request]:
         raise ReprokitError(
             f"{session_dir} is not a session (no {SESSION_FILE}): --resume takes a folder `inv reproduce` made"
         )
+    if saved.get("acceptance"):
+        # Its cells are the one cell pinned to each node or device, which no plan of flags gives back.
+        raise ReprokitError(
+            f"{session_dir.name} is an acceptance run (`accept`): run the acceptance again, a new session that "
+            "`compare` can set beside this one"
+        )
     conflicts = _conflicts(saved, request)
     if conflicts:
         raise ReprokitError(

@@ -1,4 +1,4 @@
-"""The JSON Schema of each `--json` output (recipes, history, compare, preflight; Draft 2020-12): what a
+"""The JSON Schema of each `--json` output (recipes, history, compare, preflight, acceptance; Draft 2020-12): what a
 script reading the kit's output may rely on. Each output names its schema (``"schema":
 "reprokit/<name>/<version>"``), and the tests validate every output against the file here."""
 
@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 VERSION = 1
-NAMES = ("recipes", "history", "compare", "preflight")
+NAMES = ("recipes", "history", "compare", "preflight", "acceptance")
 
 
 def schema(name: str) -> dict[str, Any]:

@@ -111,11 +111,25 @@ def main() -> int:
     )
     parser.add_argument("--fake_departure", default=None, help="record this throughput departure")
     parser.add_argument(
+        "--fake_rate_by_device",
+        default=None,
+        help="DEVICE=RATE,...: the rate on the device CUDA_VISIBLE_DEVICES shows it (a slow GPU's run)",
+    )
+    parser.add_argument(
+        "--fake_crash_on_device", default=None, help="crash as --fake_crash on this visible device"
+    )
+    parser.add_argument(
         "--fake_fill_after",
         default=None,
         help="after the summary, fill the disk with this file (someone else's)",
     )
     args, _ = parser.parse_known_args()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if args.fake_rate_by_device and visible is not None:
+        rates = dict(item.split("=") for item in args.fake_rate_by_device.split(","))
+        args.fake_rate = float(rates.get(visible, args.fake_rate))
+    if args.fake_crash_on_device is not None and visible == args.fake_crash_on_device:
+        args.fake_crash = f"device {visible} fell off the bus"
     if args.fake_ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out = Path(args.output_dir)
@@ -123,7 +137,7 @@ def main() -> int:
     (out / "tensorboard").mkdir(exist_ok=True)
     (out / "fake.pid").write_text(str(os.getpid()))
     # Exactly what it was started with: what a rendered script passed, word for word.
-    write_json_atomic(out / "argv.json", {"argv": sys.argv[1:]})
+    write_json_atomic(out / "argv.json", {"argv": sys.argv[1:], "CUDA_VISIBLE_DEVICES": visible})
     print(f"fake trainer: {' '.join(sys.argv[1:4])} ...", flush=True)
     if args.data_dir:
         found = sorted(

@@ -56,6 +56,8 @@ class SlurmOptions:
     time_limit: str | None = None
     # Whole nodes by default: a benchmark shares no core, GPU or NIC with another job.
     exclusive: bool = True
+    # The nodes the job must run on (sbatch --nodelist): an acceptance run's job per node.
+    nodelist: str | None = None
 
 
 def gpus_per_node(profile: Profile, devices: int) -> str | None:

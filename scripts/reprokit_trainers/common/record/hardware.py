@@ -209,7 +209,8 @@ def _nvidia(missing: list[str]) -> dict[str, Any]:
         # GPU 0 in NVML's order (PCI bus), which CUDA's default order need not follow: on a node whose GPUs
         # differ, accelerators_uniform says so.
         count = nvml.nvmlDeviceGetCount()
-        devices = [_nvml_device(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        devices = [_nvml_device(nvml, handle) for handle in handles]
         if not devices:
             return {}
         cuda = _ask(nvml, "nvmlSystemGetCudaDriverVersion")
@@ -218,6 +219,7 @@ def _nvidia(missing: list[str]) -> dict[str, Any]:
             **devices[0],
             "accelerator_driver_version": _text(_ask(nvml, "nvmlSystemGetDriverVersion")),
             "accelerator_cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+            **_nvml_identity(nvml, handles),
         }
         return {**info, **_uniformity(devices)}
     except nvml.NVMLError as err:
@@ -260,6 +262,27 @@ def _nvml_device(nvml: Any, handle: Any) -> dict[str, Any]:
         "accelerator_mig_mode": _enabled(mig[0]) if mig is not None else None,
         "accelerator_persistence_mode": _enabled(ask("nvmlDeviceGetPersistenceMode")),
     }
+
+
+# Which GPUs these are, every one of the node in NVML's order, comma-separated (a field holds a scalar):
+# what names a GPU in an acceptance run's row, and tells a swapped board or a reflashed VBIOS apart.
+IDENTITY_CALLS = {
+    "accelerator_uuids": ("nvmlDeviceGetUUID", None),
+    "accelerator_serials": ("nvmlDeviceGetSerial", None),
+    "accelerator_pci_bus_ids": ("nvmlDeviceGetPciInfo", "busId"),
+    "accelerator_vbios_versions": ("nvmlDeviceGetVbiosVersion", None),
+}
+
+
+def _nvml_identity(nvml: Any, handles: list[Any]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for key, (call, attribute) in IDENTITY_CALLS.items():
+        answers = [_ask(nvml, call, handle) for handle in handles]
+        if attribute:
+            answers = [getattr(a, attribute, None) for a in answers]
+        texts = [_text(a) for a in answers]
+        found[key] = ",".join(str(t) for t in texts) if all(t is not None for t in texts) else None
+    return found
 
 
 def _nvlinks(nvml: Any, handle: Any) -> int | None:
