@@ -21,7 +21,7 @@ TORCH_INDEX ?=
 # versions here, whichever Python and wheels this machine takes.
 CONSTRAINTS := $(VENV)/constraints.txt
 
-$(CONSTRAINTS): docker/locks/cpu.txt | $(BIN)/activate
+$(CONSTRAINTS): accelerators/cpu/lock.txt | $(BIN)/activate
 	sed -E 's/ +--hash=[^ ]+//g' $< > $@
 
 # What reproducing needs (the kit and its trainers' stack), and no test tool; --no-compile: Python

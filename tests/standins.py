@@ -1,5 +1,5 @@
 """CI's stand-ins for the vendor base images (NGC PyTorch, Habana's PyTorch installer image), which
-cannot be pulled here: each mimics its base as far as this machine can (bases.yaml `standin`):
+cannot be pulled here: each mimics its base as far as this machine can (base.yaml `standin`):
 
 - the base's Python minor version, a CPython build of this machine (pyenv) copied into a Debian
   image, as the vendor images have theirs in /usr;

@@ -409,11 +409,9 @@ def _lock_with(tmp_path, monkeypatch, pin: str, hashes: list[str]):
     text = re.sub(rf"^{name}==.*$", line, profile.lock_file.read_text(), flags=re.M)
     # A lock of its own: no layer an earlier test run built from the same lock is reused.
     text += f"# {tmp_path}\n"
-    folder = tmp_path / f"locks-{pin}"
-    folder.mkdir()
-    (folder / "cpu.txt").write_text(text)
-    monkeypatch.setattr(accelerators, "LOCKS_DIR", folder)
-    return accelerators.get("cpu")
+    folder = shutil.copytree(profile.folder, tmp_path / f"cpu-{pin}")
+    (folder / "lock.txt").write_text(text)
+    return profile.model_copy(update={"folder": folder})
 
 
 @pytest.mark.docker

@@ -161,7 +161,7 @@ def test_broken_yaml_names_the_line(recipe_file):
         (("show", "no-such-recipe"), "unknown recipe 'no-such-recipe'; known recipes: "),
         (
             ("show", "bridgetower", "--accelerator", "tpu"),
-            "unknown accelerator 'tpu'; known accelerators: cuda",
+            "unknown accelerator 'tpu'; known accelerators: gaudi2, cuda, cpu",
         ),
         (("show", "bridgetower", "--scale", "huge"), "unknown scale 'huge'"),
         (("show", "bridgetower", "--variant", "workers9"), "has no variant 'workers9'"),

@@ -41,7 +41,9 @@ torch = sys.modules.get("torch")
 if torch is not None:
     found["torch"] = torch.__version__
     found["cuda"] = getattr(torch.version, "cuda", None)
-    if found["cuda"] and os.environ.get("REPROKIT_PROBE_DEVICES"):
+    # What torch was built for, by each build's attribute (cuda, hip, ...): a profile's torch_build.
+    found["builds"] = {k: v for k, v in vars(torch.version).items() if k.isalpha() and isinstance(v, str)}
+    if os.environ.get("REPROKIT_PROBE_DEVICES") and torch.cuda.is_available():
         found["cuda_devices"] = torch.cuda.device_count()
 found["python"] = sys.version.split()[0]
 print("REPROKIT-PROBE " + json.dumps(found))
@@ -132,11 +134,16 @@ class Trainers(Check):
                     self.finding(f"{module} does not import in {where}: {outcome['error']}", True, cells)
                 )
         torch, cuda = found.get("torch"), found.get("cuda")
-        if context.profile.name == "cuda" and torch is not None and not cuda:
+        profile = context.profile
+        build = profile.torch_build
+        version = (found.get("builds") or {}).get(build) if build else None
+        if build == "cuda" and "builds" not in found:
+            version = cuda  # an answer kept from before the probe named its builds
+        if build and torch is not None and not version:
             result.append(
                 self.finding(
-                    f"the torch of {where} ({torch}) is a CPU build: the cuda cells need one built for CUDA "
-                    "(the cuda image's, or pip's CUDA wheels)",
+                    f"the torch of {where} ({torch}) is not built for {build}: the {profile.name} cells need "
+                    f"one that is (the {profile.name} image's, or pip's {build} wheels)",
                     True,
                 )
             )
@@ -148,13 +155,14 @@ class Trainers(Check):
             of = f"of the {context.device_name} the driver lists"
         elif context.devices_unverified:
             of = f"(--devices {context.devices_unverified}, which the driver's tool could not verify)"
-        if context.profile.name == "cuda" and cuda and seen is not None and of:
+        if profile.torch_device == "cuda" and version and seen is not None and of:
+            visible = (profile.devices.visible_env if profile.devices else None) or "CUDA_VISIBLE_DEVICES"
             wanted = max((c.devices for c in context.cells), default=1)
             if seen < wanted:
                 result.append(
                     self.finding(
                         f"the torch of {where} ({torch}) sees {seen} CUDA device(s), the cells would use {wanted} "
-                        f"{of}: check CUDA_VISIBLE_DEVICES, and that the driver is new enough for CUDA {cuda}",
+                        f"{of}: check {visible}, and that the driver is new enough for {build} {version}",
                         True,
                     )
                 )
