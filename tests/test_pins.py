@@ -18,7 +18,8 @@ from reprokit.images import pins
 from reprokit.plan import accelerators
 from tests.conftest import ROOT
 
-PROFILES = ("cpu", "cuda", "gaudi2")
+# Every accelerator found (accelerators/<name>/): each lock is held to its own base.
+PROFILES = tuple(accelerators.profiles())
 
 
 def _name(pin: str) -> str:

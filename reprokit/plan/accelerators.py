@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.layout import ACCELERATORS
@@ -42,13 +42,25 @@ class Source(BaseModel):
 
 
 class StandIn(BaseModel):
-    """CI's stand-in for a vendor base: what it preinstalls in its place and what it cannot mimic."""
+    """CI's stand-in for a vendor base: what it preinstalls in its place and what it cannot mimic; or
+    (`of`) another base's stand-in, built once for both, where the same Python and framework stand in."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    python: str
-    packages: list[str]
+    of: str | None = None
+    python: str | None = None
+    packages: list[str] = Field(default_factory=list)
     system_packages: list[str] = Field(default_factory=list)
     differences: list[str]
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StandIn:
+        if self.of is None and (self.python is None or not self.packages):
+            raise ValueError(
+                "a stand-in names its python and packages, or the base whose stand-in it is (of)"
+            )
+        if self.of is not None and (self.python or self.packages or self.system_packages):
+            raise ValueError("a stand-in `of` another base takes that one's python and packages")
+        return self
 
 
 class Base(BaseModel):
@@ -256,6 +268,11 @@ def profiles() -> dict[str, Profile]:
         if profile.base not in bases():
             raise ReprokitError(
                 f"{path}: base {profile.base!r} is not in {folder / BASE_FILE}; known bases: {', '.join(bases())}"
+            )
+        standin = profile.base_manifest.standin
+        if standin is not None and standin.of is not None and standin.of not in bases():
+            raise ReprokitError(
+                f"{folder / BASE_FILE}: standin of {standin.of!r}: no such base; known: {', '.join(bases())}"
             )
         found[profile.name] = profile
     return dict(sorted(found.items(), key=lambda item: (item[1].detection_order, item[0])))
