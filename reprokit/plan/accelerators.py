@@ -32,6 +32,8 @@ class Slurm(BaseModel):
     distributed_backend: Literal["nccl", "hccl", "gloo"]
     # What `--container auto` means on Slurm: the image's stack runs the cells on the nodes.
     container: Literal["pyxis", "apptainer", "none"] = "none"
+    # What `apptainer exec` is given to see the devices (--nv: NVIDIA's, --rocm: AMD's).
+    apptainer_flags: list[str] = Field(default_factory=list)
 
 
 class Source(BaseModel):
@@ -215,6 +217,12 @@ class Profile(BaseModel):
             flags.append(f"--shm-size={opts['shm_size']}")
         for cap in opts.get("cap_add", []):
             flags.append(f"--cap-add={cap}")
+        for device in opts.get("devices", []):
+            flags.append(f"--device={device}")
+        for group in opts.get("group_add", []):
+            flags += ["--group-add", str(group)]
+        for option in opts.get("security_opt", []):
+            flags += ["--security-opt", str(option)]
         for name, limit in opts.get("ulimits", {}).items():
             flags += ["--ulimit", f"{name}={limit}"]
         for key, value in self.env.items():
