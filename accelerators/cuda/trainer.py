@@ -12,6 +12,8 @@ from reprokit_trainers.common.measure.devicememory import DeviceMemory
 from reprokit_trainers.common.measure.energy import CounterSource, Unavailable
 
 TORCH_DEVICE = "cuda"
+# How a container or a job step is made to see the GPUs (said when a rank sees none).
+MAKE_VISIBLE = "docker --gpus all, apptainer --nv, srun --gpus"
 PROCESS = "nvml: this process"
 DEVICE = "nvml: the whole device (this process is not in NVML's list, e.g. another PID namespace)"
 
