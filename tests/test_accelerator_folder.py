@@ -41,7 +41,8 @@ def test_a_copied_accelerator_folder_is_listed_among_the_kits(kit):
     assert "fake" in accelerators.flag_help()  # what --accelerator's help is made from
     result = run_inv("show", "volo", "--accelerator", "nope", env=kit)
     assert result.returncode != 0
-    assert "known accelerators: gaudi2, cuda, fake, cpu (or auto)" in result.stderr
+    known = result.stderr.split("known accelerators: ")[1].removesuffix(" (or auto)\n").split(", ")
+    assert "fake" in known and {"cpu", "cuda", "gaudi2"} <= set(known)
 
 
 def test_a_copied_accelerator_folder_is_planned_for_the_variants_it_runs(kit):
