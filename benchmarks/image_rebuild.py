@@ -27,6 +27,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -120,8 +121,9 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             pins.normalize(name)
         ]
     with tempfile.TemporaryDirectory(prefix="reprokit-lock-") as tmp:
-        (Path(tmp) / profile.lock_file.name).write_text(_changed_lock(text, name, version, hashes))
-        accelerators.LOCKS_DIR = Path(tmp)  # the profile's lock_file is read from here now
+        folder = shutil.copytree(profile.folder, Path(tmp) / profile.name)
+        (folder / "lock.txt").write_text(_changed_lock(text, name, version, hashes))
+        profile = profile.model_copy(update={"folder": folder})  # its lock_file is read from here now
         before = {p.name: p.stat().st_size for p in wheelhouse.glob("*.whl")}
         started = time.monotonic()
         images.wheelhouse(profile, wheelhouse)

@@ -9,7 +9,7 @@ PyTorch's own index), each into a fresh venv under a temporary folder, removed a
 
 The download is the bytes of the files `pip download` fetched (wheels, and the kit's own, built);
 the .venv's size is `du` of the venv after `pip install --no-index` from those files. Constrained as
-the Makefile constrains it (docker/locks/cpu.txt, without its hashes). It also names every package
+the Makefile constrains it (accelerators/cpu/lock.txt, without its hashes). It also names every package
 that only the tests use, should one be in the install.
 """
 

@@ -18,7 +18,6 @@ from reprokit.contract.bounded import Malformed
 from reprokit.contract.console import console
 from reprokit.contract.errors import DryRunRefused, RunFailed
 from reprokit.contract.invocation import command
-from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan, trainers_found
 from reprokit.plan.request import Request
 from reprokit.report import report, terminal
@@ -32,7 +31,7 @@ def dry_run_text(the_plan: Plan, request: Request, out: str | None, session_dir:
     """What would run: each cell's run.sh, and what its runtime and container wrap around it. For a
     resumed session (`session_dir`), only the cells that would run again, in that session's folder;
     the complete ones are named as kept."""
-    profile = accelerators.get(the_plan.accelerator)
+    profile = the_plan.profile
     runtime = runtime_for(the_plan, request.runtime_options)
     where = the_plan.runtime + ("" if the_plan.container == "none" else f" in {the_plan.container}")
     # A new session's folder is named when it starts: SESSION stands for it.

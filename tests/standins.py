@@ -1,5 +1,5 @@
 """CI's stand-ins for the vendor base images (NGC PyTorch, Habana's PyTorch installer image), which
-cannot be pulled here: each mimics its base as far as this machine can (bases.yaml `standin`):
+cannot be pulled here: each mimics its base as far as this machine can (base.yaml `standin`):
 
 - the base's Python minor version, a CPython build of this machine (pyenv) copied into a Debian
   image, as the vendor images have theirs in /usr;
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from reprokit.images.pins import find_python
 from reprokit.images.wheelhouse import serve_directory
+from reprokit.plan import accelerators
 from reprokit.plan.accelerators import Base
 
 LOCAL_BASE = "reprokit/base:bookworm"
@@ -95,7 +96,10 @@ def wheels(base: Base) -> Path:
 
 
 def build(base: Base, client) -> str:
-    """The stand-in image of `base` (built once; its tag names its content)."""
+    """The stand-in image of `base` (built once; its tag names its content); a stand-in `of` another
+    base is that base's, the same image."""
+    if base.standin is not None and base.standin.of is not None:
+        return build(accelerators.bases()[base.standin.of], client)
     name = tag(base)
     try:
         client.images.get(name)

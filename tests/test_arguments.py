@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import arguments, cells, recipes
+from reprokit.plan import accelerators, arguments, cells, recipes
 from reprokit_trainers.common.process import argschema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_every_recipe_cell_passes_its_trainers_schema():
     checked = 0
     for name in recipes.available():
         recipe = recipes.load(name)
-        for accelerator in ("cpu", "cuda", "gaudi2"):
+        for accelerator in accelerators.profiles():
             for scale in ("smoke", "published"):
                 # expand() raises on the first problem; what it returns is checked again here
                 for cell in cells.expand(recipe, name, accelerator, scale):

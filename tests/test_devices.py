@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators
+from reprokit.plan import accelerators, listing
 from reprokit.plan.planner import fitted_devices
 from tests.conftest import run_inv
 from tests.fakes.drivers import HABANA, NVIDIA, hl_smi, nvidia_smi, pids
@@ -51,7 +51,7 @@ def path_with(tmp_path, monkeypatch):
 
 def test_gpus_are_listed_with_their_model(path_with):
     path_with("\n".join(H100.format(i=i) for i in range(4)))
-    here = accelerators.devices_here("cuda")
+    here = listing.devices_here("cuda")
     assert (here.count, here.model, here.partitions) == (4, "NVIDIA H100 80GB HBM3", 0)
     assert fitted_devices("cuda", "published", None) == 4  # published 8, capped at what is here
     assert fitted_devices("cuda", "published", 2) == 2
@@ -88,7 +88,7 @@ def test_a_failing_or_empty_listing_is_refused(path_with, tmp_path):
 
 def test_mig_devices_are_seen_and_a_cell_needing_whole_devices_is_refused(path_with):
     env = path_with(MIG_LISTING)
-    here = accelerators.devices_here("cuda")
+    here = listing.devices_here("cuda")
     assert (here.count, here.partitions) == (2, 3)
     with pytest.raises(
         ReprokitError,
@@ -127,7 +127,7 @@ def test_the_smoke_scale_counts_nothing(path_with):
 def test_each_name_nvidia_smi_prints_is_its_recipe_device_key(key, name, tmp_path, monkeypatch):
     nvidia_smi(tmp_path / "bin", [name] * 8)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    here = accelerators.devices_here("cuda")
+    here = listing.devices_here("cuda")
     assert (here.count, here.model) == (8, name)
     assert accelerators.get("cuda").device_key(here.model) == key
     # As `nvidia-smi --query-gpu=name` and torch.cuda.get_device_name() print it (the trainer records this).
@@ -140,7 +140,7 @@ def test_each_name_nvidia_smi_prints_is_its_recipe_device_key(key, name, tmp_pat
 def test_each_name_hl_smi_prints_is_its_recipe_device_key(name, key, tmp_path, monkeypatch):
     hl_smi(tmp_path / "bin", [name] * 8)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    here = accelerators.devices_here("gaudi2")
+    here = listing.devices_here("gaudi2")
     assert (here.count, here.model) == (8, name)
     assert accelerators.get("gaudi2").device_key(here.model) == key
 
@@ -216,13 +216,13 @@ def test_a_hung_listing_tool_is_stopped_with_what_it_started_and_refused(tool, t
     bin_dir = tmp_path / "bin"
     (nvidia_smi if tool == "nvidia-smi" else hl_smi)(bin_dir, [], hang=True)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setattr(accelerators, "TOOL_TIMEOUT_S", 2)
+    monkeypatch.setattr(listing, "TOOL_TIMEOUT_S", 2)
     with pytest.raises(
         ReprokitError, match=rf"^--accelerator auto: .* \(`{tool} -L` gave no answer in 2 s \(stopped\)\)"
     ):
-        accelerators.detect()
+        listing.detect()
     with pytest.raises(ReprokitError, match="gave no answer in 2 s"):
-        accelerators.devices_here("cuda" if tool == "nvidia-smi" else "gaudi2")
+        listing.devices_here("cuda" if tool == "nvidia-smi" else "gaudi2")
     started = pids(bin_dir)
     assert len(started) == 4  # the tool and its child, twice
     # SIGKILL is delivered at once but a process dies on its own time: the child of the second call

@@ -151,6 +151,25 @@ def test_profile_run_options_become_the_containers_devices_limits_and_runtime(tm
     assert "--runtime=habana" in gaudi.command_line() and "--cap-add=sys_nice" in gaudi.command_line()
 
 
+def test_a_profile_without_a_docker_runtime_passes_its_device_nodes_and_groups(tmp_path):
+    """AMD's GPUs have no Docker runtime: the container is given /dev/kfd and /dev/dri, the video group
+    and seccomp unconfined, as AMD's docker run line does, by the profile alone."""
+    cell = smoke_cell()
+    opts = {
+        "devices": ["/dev/kfd", "/dev/dri"],
+        "group_add": ["video"],
+        "security_opt": ["seccomp=unconfined"],
+    }
+    profile = accelerators.get("cpu").model_copy(update={"docker_run": opts})
+    spec = docker_platform.container_spec(cell, tmp_path / "runs" / cell.cell_id, profile, "img")
+    kwargs = spec.sdk_kwargs()
+    assert kwargs["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert (kwargs["group_add"], kwargs["security_opt"]) == (["video"], ["seccomp=unconfined"])
+    line = spec.command_line()
+    assert "--device=/dev/kfd" in line and "--group-add video" in line
+    assert "--security-opt seccomp=unconfined" in line
+
+
 def test_the_container_runs_as_the_host_user_unless_the_kit_runs_as_root(tmp_path, monkeypatch):
     cell = smoke_cell()
     profile = accelerators.get("cpu")
@@ -409,11 +428,9 @@ def _lock_with(tmp_path, monkeypatch, pin: str, hashes: list[str]):
     text = re.sub(rf"^{name}==.*$", line, profile.lock_file.read_text(), flags=re.M)
     # A lock of its own: no layer an earlier test run built from the same lock is reused.
     text += f"# {tmp_path}\n"
-    folder = tmp_path / f"locks-{pin}"
-    folder.mkdir()
-    (folder / "cpu.txt").write_text(text)
-    monkeypatch.setattr(accelerators, "LOCKS_DIR", folder)
-    return accelerators.get("cpu")
+    folder = shutil.copytree(profile.folder, tmp_path / f"cpu-{pin}")
+    (folder / "lock.txt").write_text(text)
+    return profile.model_copy(update={"folder": folder})
 
 
 @pytest.mark.docker

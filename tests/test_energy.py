@@ -16,11 +16,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from reprokit_trainers.common import vendor  # noqa: E402
 from reprokit_trainers.common.measure import energy  # noqa: E402
 from reprokit_trainers.common.measure.energy import EnergyMeter, Unavailable  # noqa: E402
 from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
 from reprokit_trainers.common.record.rundir import RunDir  # noqa: E402
 from tests.test_hardware import NVMLError, NVMLError_NotSupported  # noqa: E402
+
+# The accelerators' own sources, from their folders (accelerators/<name>/trainer.py).
+CUDA, CPU = vendor.load("cuda"), vendor.load("cpu")
 
 HAS_GPU = Path("/dev/nvidia0").exists() or torch.cuda.is_available()
 no_gpu_here = pytest.mark.skipif(HAS_GPU, reason="a GPU is here: NVML is read for real instead")
@@ -70,7 +74,7 @@ def window(meter: EnergyMeter, seconds: float) -> tuple[float, float]:
 @no_gpu_here
 def test_nvml_energy_is_its_counters_difference_over_the_window_and_samples_per_joule_the_jobs():
     nvml = fake_pynvml([H100, {**H100, "uuid": "GPU-2", "watts": 100.0, "busy": 45}])
-    meter = EnergyMeter(energy.nvml_source(["GPU-1", "GPU-2"], nvml), world_size=4)
+    meter = EnergyMeter(CUDA.nvml_source(["GPU-1", "GPU-2"], nvml), world_size=4)
     start, end = window(meter, 0.6)
     found = meter.summary(measured_samples=1000)
     seconds = end - start
@@ -86,7 +90,7 @@ def test_nvml_energy_is_its_counters_difference_over_the_window_and_samples_per_
 
 @no_gpu_here
 def test_a_gpu_without_the_energy_counter_integrates_its_sampled_power_and_says_so():
-    meter = EnergyMeter(energy.nvml_source([0], fake_pynvml([H100], counter=False)), world_size=1)
+    meter = EnergyMeter(CUDA.nvml_source([0], fake_pynvml([H100], counter=False)), world_size=1)
     start, end = window(meter, 0.8)
     found = meter.summary(measured_samples=100)
     assert found["energy"]["method"] == "sampled power, integrated"
@@ -144,7 +148,7 @@ def test_rapl_reads_the_packages_not_their_subzones_and_undoes_the_wrap(tmp_path
             "intel-rapl:1": ("package-1", 7_000_000, top),
         },
     )
-    source = energy.rapl_source(ranks=1, powercap=root)
+    source = CPU.rapl_source(ranks=1, powercap=root)
     assert source.of.startswith("CPU package-0, package-1 (RAPL")
     assert source.counter() == 0.0
     (root / "intel-rapl:0" / "energy_uj").write_text("2000000\n")  # wrapped: 1 J to the top, +1 and 2 J
@@ -154,19 +158,19 @@ def test_rapl_reads_the_packages_not_their_subzones_and_undoes_the_wrap(tmp_path
 
 
 def test_rapl_that_cannot_be_read_is_unavailable_with_the_reason(tmp_path):
-    assert energy.rapl_zones(tmp_path / "none") == []
+    assert CPU.rapl_zones(tmp_path / "none") == []
     with pytest.raises(Unavailable, match=r"^no .*none on this machine$"):
-        energy.rapl_source(1, tmp_path / "none")
+        CPU.rapl_source(1, tmp_path / "none")
     root = powercap(tmp_path, {"intel-rapl:0": ("package-0", 1, 10)})
     (root / "intel-rapl:0" / "energy_uj").unlink()
     (root / "intel-rapl:0" / "energy_uj").mkdir()  # unreadable as a file (root reads any mode)
     with pytest.raises(Unavailable, match=r"intel-rapl:0/energy_uj is not readable \(Is a directory\)"):
-        energy.rapl_source(1, root)
+        CPU.rapl_source(1, root)
 
 
 def test_this_machines_rapl_is_read_where_readable_and_unavailable_otherwise():
     try:
-        source = energy.rapl_source(ranks=1)
+        source = CPU.rapl_source(ranks=1)
     except Unavailable as why:
         meter = EnergyMeter.for_this_machine("cpu", 1, 1)
         assert meter.source is None and meter.summary(10)["energy"] == f"unavailable ({why})"
@@ -181,7 +185,7 @@ def test_this_machines_rapl_is_read_where_readable_and_unavailable_otherwise():
 
 def test_a_meters_summary_carries_the_energy_of_its_measured_window(tmp_path):
     root = powercap(tmp_path, {"intel-rapl:0": ("package-0", 0, 10**12)})
-    source = energy.rapl_source(ranks=1, powercap=root)
+    source = CPU.rapl_source(ranks=1, powercap=root)
     meter = ThroughputMeter(warmup_steps=1)
     meter.attach(energy=EnergyMeter(source, world_size=1))
     counter = root / "intel-rapl:0" / "energy_uj"

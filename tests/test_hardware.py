@@ -485,17 +485,19 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
     """DALI's and nvJPEG's pools are outside torch's allocator: NVML's reading of the process is kept at
     each boundary of the meter and its largest goes to summary.json; a process NVML does not list (a
     container's PID namespace) falls back to the device's used memory, and says so."""
+    from reprokit_trainers.common import vendor
     from reprokit_trainers.common.measure import devicememory
     from reprokit_trainers.common.measure.meter import ThroughputMeter
     from reprokit_trainers.common.record.rundir import RunDir
 
+    cuda = vendor.load("cuda")  # accelerators/cuda/trainer.py: NVML's reading of the process
     readings = iter([3, 9, 5])  # GiB the driver gave this process at three boundaries
     nvml = fake_pynvml(H100)
     nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
         types.SimpleNamespace(pid=4242, usedGpuMemory=next(readings) * 2**30),
         types.SimpleNamespace(pid=1, usedGpuMemory=70 * 2**30),  # another process on the device
     ]
-    watch = devicememory.DeviceMemory(nvml, H100, pid=4242)
+    watch = cuda.nvml_memory(nvml, H100, pid=4242)
     monkeypatch.setattr(devicememory._Process, "watch", watch)
     monkeypatch.setattr(devicememory._Process, "made", True)
     meter = ThroughputMeter(warmup_steps=1, total_steps=3)
@@ -503,9 +505,9 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
         meter.step_end(4, boundary=step == 2)  # boundaries: the warm-up's end (step 1) and the last step
     summary = RunDir(tmp_path).write_summary(meter)
     assert summary["peak_memory_device_bytes"] == 9 * 2**30
-    assert summary["peak_memory_device_of"] == devicememory.PROCESS
+    assert summary["peak_memory_device_of"] == cuda.PROCESS
 
-    hidden = devicememory.DeviceMemory(nvml, H100, pid=7)
+    hidden = cuda.nvml_memory(nvml, H100, pid=7)
     nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
         types.SimpleNamespace(pid=4242, usedGpuMemory=1)
     ]
@@ -513,7 +515,7 @@ def test_the_nvml_peak_counts_what_the_allocator_does_not_and_says_whose_it_is(m
     hidden.sample()
     assert hidden.fields() == {
         "peak_memory_device_bytes": 12 * 2**30,
-        "peak_memory_device_of": devicememory.DEVICE,
+        "peak_memory_device_of": cuda.DEVICE,
     }
 
 

@@ -315,7 +315,8 @@ def test_every_python_package_and_data_folder_of_the_tree_ships_in_the_wheel(bui
         f"reprokit/bundle/{inside}/{path.relative_to(ROOT / folder).as_posix()}"
         for inside, folder, patterns in (
             ("recipes", "recipes", ("*.yaml", "*.md")),
-            ("docker", "docker", ("*.j2", "*.yaml", "locks/*.txt", "partials/*.j2")),
+            ("docker", "docker", ("*.j2", "partials/*.j2")),
+            ("accelerators", "accelerators", ("*.md", "*/*.yaml", "*/*.txt", "*/*.py")),
             ("jobs", "scripts/jobs", ("*.j2",)),
         )
         for pattern in patterns

@@ -6,6 +6,7 @@ the difference is declared."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import tomllib
@@ -17,7 +18,8 @@ from reprokit.images import pins
 from reprokit.plan import accelerators
 from tests.conftest import ROOT
 
-PROFILES = ("cpu", "cuda", "gaudi2")
+# Every accelerator found (accelerators/<name>/): each lock is held to its own base.
+PROFILES = tuple(accelerators.profiles())
 
 
 def _name(pin: str) -> str:
@@ -96,9 +98,9 @@ def test_a_lock_reads_as_pip_reads_it():
 
 def _lock_copy(tmp_path, monkeypatch, edit) -> accelerators.Profile:
     profile = accelerators.get("cpu")
-    (tmp_path / "cpu.txt").write_text(edit(profile.lock_file.read_text()))
-    monkeypatch.setattr(accelerators, "LOCKS_DIR", tmp_path)
-    return accelerators.get("cpu")
+    folder = shutil.copytree(profile.folder, tmp_path / "cpu")
+    (folder / "lock.txt").write_text(edit(profile.lock_file.read_text()))
+    return profile.model_copy(update={"folder": folder})
 
 
 def test_a_pin_without_a_hash_is_refused_before_any_build_in_one_line(tmp_path, monkeypatch):
@@ -119,7 +121,7 @@ def test_a_pin_without_a_hash_is_refused_before_any_build_in_one_line(tmp_path, 
 def test_a_lock_that_no_longer_pins_a_profile_requirement_is_refused(tmp_path, monkeypatch):
     profile = _lock_copy(tmp_path, monkeypatch, lambda t: t.replace("\ntimm==1.0.15 ", "\ntimm==1.0.14 "))
     assert pins.lock_problems(profile) == [
-        f"{profile.lock_file} does not pin timm==1.0.15 of accelerators.yaml (cpu)"
+        f"{profile.lock_file} does not pin timm==1.0.15 of cpu/profile.yaml"
     ]
 
 

@@ -422,15 +422,13 @@ TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
 def test_the_bases_unverified_facts_are_confirmed_or_corrected_and_a_verified_one_that_differs_is_named():
     base = accelerators.bases()["ngc-pytorch-25.01"]
     compared = baseimage.compare(base, baseimage.parse(NGC_READBACK))
-    assert "torchvision 0.21.0a0 (unverified in bases.yaml: now confirmed)" in compared.confirmed
-    assert (
-        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE 1 (unverified in bases.yaml: now confirmed)" in compared.confirmed
-    )
-    assert "pillow is 11.0.0 here, bases.yaml says 11.1.0 (unverified)" in compared.corrected
-    assert "numactl is absent here, bases.yaml does not say (unverified)" in compared.corrected
+    assert "torchvision 0.21.0a0 (unverified in base.yaml: now confirmed)" in compared.confirmed
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE 1 (unverified in base.yaml: now confirmed)" in compared.confirmed
+    assert "pillow is 11.0.0 here, base.yaml says 11.1.0 (unverified)" in compared.corrected
+    assert "numactl is absent here, base.yaml does not say (unverified)" in compared.corrected
     assert {"os Ubuntu 24.04", "glibc 2.39", "python 3.12", "numpy 1.26.4"} <= set(compared.confirmed)
     # A verified fact the image contradicts: what the pins were resolved against is not what runs.
-    assert "dill is absent here, bases.yaml says 0.3.9" in compared.wrong
+    assert "dill is absent here, base.yaml says 0.3.9" in compared.wrong
     layered = baseimage.compare(
         base,
         baseimage.parse(NGC_READBACK),

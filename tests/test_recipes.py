@@ -7,7 +7,7 @@ import json
 import pytest
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import cells, recipes
+from reprokit.plan import accelerators, cells, recipes
 
 PUBLISHED = {  # recipes/SOURCES.md §1, samples/s on 8 devices
     "workers0": {"gaudi2": 601.5, "h100": 336.5, "a100-80gb": 227.5},
@@ -161,7 +161,8 @@ def test_broken_yaml_names_the_line(recipe_file):
         (("show", "no-such-recipe"), "unknown recipe 'no-such-recipe'; known recipes: "),
         (
             ("show", "bridgetower", "--accelerator", "tpu"),
-            "unknown accelerator 'tpu'; known accelerators: cuda",
+            # Every accelerator's folder found, in the order --accelerator auto tries them.
+            f"unknown accelerator 'tpu'; known accelerators: {', '.join(accelerators.profiles())} (or auto)",
         ),
         (("show", "bridgetower", "--scale", "huge"), "unknown scale 'huge'"),
         (("show", "bridgetower", "--variant", "workers9"), "has no variant 'workers9'"),

@@ -17,7 +17,7 @@ from reprokit.run.runtimes.base import write_run_dir_inputs
 from tests.conftest import ROOT
 
 
-@pytest.mark.parametrize("accelerator", ["cpu", "cuda", "gaudi2"])
+@pytest.mark.parametrize("accelerator", list(accelerators.profiles()))
 def test_rendered_dockerfiles_pass_hadolint_without_errors(tmp_path, accelerator):
     hadolint = shutil.which("hadolint") or str(ROOT / ".venv" / "bin" / "hadolint")
     context = images.write_context(accelerators.get(accelerator), tmp_path / accelerator)
@@ -50,7 +50,7 @@ def _pip_installs(dockerfile: str) -> list[str]:
     return [step for step in steps if step.startswith("RUN ") and "pip install" in step]
 
 
-@pytest.mark.parametrize("accelerator", ["cpu", "cuda", "gaudi2"])
+@pytest.mark.parametrize("accelerator", list(accelerators.profiles()))
 def test_every_pip_install_of_an_image_checks_the_locks_hashes_and_only_buildkits_keeps_a_cache(accelerator):
     profile = accelerators.get(accelerator)
     portable = images.context.dockerfile(profile)

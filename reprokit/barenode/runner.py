@@ -30,7 +30,7 @@ from reprokit.barenode import archive, slices
 from reprokit.collect import collect
 from reprokit.contract import files, rundirs, sessions, trainers
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators
+from reprokit.plan import accelerators, listing
 from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
 from reprokit.run import machinelock, session, supervise
@@ -123,7 +123,7 @@ class NodeRun:
             devices=1,
             timeout=self.budget_s,
         )
-        plan = Plan(self.accelerator, self.spec.scale, "local", cells, [], 1, None, "none")
+        plan = Plan(self.profile, self.spec.scale, "local", cells, [], 1, None, "none")
         self.session_dir = session.new_dir(str(self.scratch / "results"))
         session.save(self.session_dir, plan, request)
         return self.session_dir
@@ -182,7 +182,7 @@ class NodeRun:
 
     def device_check(self) -> None:
         try:
-            here = accelerators.devices_here(self.accelerator)
+            here = listing.devices_here(self.accelerator)
             key = self.profile.device_key(here.model)
             named = f"{key}, as the recipes name it" if key else "a device no recipe names"
             self.checks["devices"] = {

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reprokit.cli.options import ACCELERATOR_HELP
 from reprokit.cli.tasking import friendly, task
 from reprokit.contract.console import console
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators
+from reprokit.plan import listing
 
 
 @task(
     help={
-        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "accelerator": ACCELERATOR_HELP,
         "base_image": "build on this base instead of the profile's (a private registry, or a local one)",
         "wheelhouse": "install the pins from this folder (`inv wheelhouse`), served on 127.0.0.1: no internet",
         "force": "rebuild even when the image is up to date",
@@ -38,7 +39,7 @@ def build(
     """Build the accelerator's pinned image (a cache hit when nothing changed)."""
     from reprokit import images
 
-    profile = accelerators.get(accelerators.resolve(accelerator))
+    profile = listing.resolve(accelerator)
     if dry_run:
         print(images.dry_run(profile, base_image, wheelhouse, not without_vendor, console))
         return
@@ -49,9 +50,9 @@ def build(
 
 @task(
     help={
-        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "accelerator": ACCELERATOR_HELP,
         "dest": "folder to fill with wheels (default: wheelhouse/<accelerator>)",
-        "python_version": "the image's Python (default: its base's, bases.yaml)",
+        "python_version": "the image's Python (default: its base's, base.yaml)",
         "without_vendor": "leave out the profile's vendor files (for a build with --without-vendor)",
     }
 )
@@ -61,7 +62,7 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
     glibc, for an offline `inv build --wheelhouse`."""
     from reprokit import images
 
-    profile = accelerators.get(accelerators.resolve(accelerator))
+    profile = listing.resolve(accelerator)
     folder = Path(dest or f"wheelhouse/{profile.name}")
     wheels = images.wheelhouse(profile, folder, python_version)
     size = sum(w.stat().st_size for w in wheels) / 2**30
@@ -75,9 +76,9 @@ def wheelhouse(c, accelerator="auto", dest=None, python_version=None, without_ve
 
 @task(
     help={
-        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "accelerator": ACCELERATOR_HELP,
         "write": "write the resolved set, each pin with its files' sha256, as the profile's lock "
-        "(docker/locks/<accelerator>.txt)",
+        "(accelerators/<accelerator>/lock.txt)",
         "check": "resolve with the lock as constraints and fail when its versions or hashes no longer hold",
         "upgrade": "resolve every package afresh (newest versions the pins allow); without it --write keeps "
         "the lock's versions of the packages the profile does not pin itself",
@@ -92,7 +93,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
 
     if check and upgrade:
         raise ReprokitError("--check holds the lock to a resolution with its versions: drop --upgrade")
-    profile = accelerators.get(accelerators.resolve(accelerator))
+    profile = listing.resolve(accelerator)
     base = profile.base_manifest
     console.print(
         f"Resolving the {profile.name} pins against {base.reference} (Python {base.python}, glibc {base.glibc})"
@@ -163,7 +164,7 @@ def _check_lock(profile, install: dict[str, str], hashes: dict[str, list[str]], 
 @task(
     name="export",
     help={
-        "accelerator": "cuda, gaudi2, cpu or auto (this machine's; default)",
+        "accelerator": ACCELERATOR_HELP,
         "format": "enroot (a squashfs for pyxis: `enroot import`) or apptainer (a .sif: `apptainer build`)",
         "dest": "file to write (default: exports/<image tag>.sqsh|.sif, what --container pyxis|apptainer looks for)",
         "dry_run": "print the command and run nothing",
@@ -174,6 +175,6 @@ def export_(c, accelerator="auto", format="enroot", dest=None, dry_run=False):  
     """Turn the built image (`inv build`) into a file for Slurm nodes: enroot squashfs or Apptainer .sif."""
     from reprokit import images
 
-    profile = accelerators.get(accelerators.resolve(accelerator))
+    profile = listing.resolve(accelerator)
     command, target = images.export(profile, format, Path(dest) if dest else None, dry_run=dry_run)
     print(" ".join(command) if dry_run else target)

@@ -17,7 +17,7 @@ from reprokit.cli import settings
 from reprokit.contract import files
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.plan import data, recipes
+from reprokit.plan import accelerators, data, recipes
 from reprokit.plan.request import Request
 
 T = TypeVar("T")
@@ -31,6 +31,10 @@ TIMEOUT_WHY = "longer than any published run: a cell still running after 30 days
 RESULTS_HELP = "the results folder: sessions are made and looked up in it (default: the `results` setting, else results/)"
 
 
+# The one help text of --accelerator, from the accelerators found (every task that takes the flag).
+ACCELERATOR_HELP = accelerators.flag_help()
+
+
 def _opt(default: Any, help: str, **extra: Any) -> Any:  # noqa: A002 - invoke's own word
     if isinstance(default, list):
         return field(default_factory=list, metadata={"help": help, **extra})
@@ -39,7 +43,7 @@ def _opt(default: Any, help: str, **extra: Any) -> Any:  # noqa: A002 - invoke's
 
 @dataclass
 class RunOptions:
-    accelerator: str = _opt("auto", "cuda, gaudi2, cpu or auto (detect this machine's; default)")
+    accelerator: str = _opt("auto", ACCELERATOR_HELP)
     scale: str = _opt(
         "auto", "published, smoke or auto (published with an accelerator, smoke without; default)"
     )

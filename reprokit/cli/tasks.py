@@ -33,7 +33,7 @@ from reprokit.contract import trainers
 from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.plan import accelerators, cells, recipes
+from reprokit.plan import cells, listing, recipes
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
 from reprokit.run.plugin_options import runtime_for
@@ -103,7 +103,7 @@ def show(c, recipe, options: RunOptions, json_=False):
     """Show a recipe's resolved cells: the trainer arguments, devices and published references."""
     options, _ = with_settings(options)
     loaded = recipes.load(recipe)
-    chosen = accelerators.resolve(options.accelerator)
+    chosen = listing.resolve(options.accelerator).name
     scale = choose_scale(options.scale, chosen)
     found = cells.expand(
         loaded,
@@ -183,7 +183,7 @@ def render(c, recipe, options: RunOptions, out=None):
     asked = request(recipe_names(recipe), options, site)
     the_plan = plan(asked, fit_devices=False)
     runtime = runtime_for(the_plan, asked.runtime_options)
-    profile = accelerators.get(the_plan.accelerator)
+    profile = the_plan.profile
     out = Path(out or "rendered")
     files, included = vendor_for(profile, None, True, console)
     context = images.write_context(

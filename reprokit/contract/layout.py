@@ -1,4 +1,4 @@
-"""Where the kit's own folders are: `recipes/`, `docker/` and `scripts/jobs/` at the top of a
+"""Where the kit's own folders are: `recipes/`, `docker/`, `accelerators/` and `scripts/jobs/` at the top of a
 checkout, read in place, or inside the installed package (`reprokit/bundle/`), where the wheel
 carries them (in a checkout, reprokit/bundle/ holds links to the top-level folders: how setuptools
 finds them for the wheel). (The trainers, `scripts/reprokit_trainers/`, are a package of their own: trainers.py.)"""
@@ -27,3 +27,5 @@ RECIPES = folder("recipes")
 DOCKER = folder("docker")
 # The job scripts the host renders: run.sh (what a container runs), sbatch.sh, bind-rank.sh.
 JOBS = folder("jobs", "scripts/jobs")
+# One folder per accelerator: its profile, base image facts, lock and vendor code (plan/accelerators.py).
+ACCELERATORS = folder("accelerators")

@@ -60,6 +60,15 @@ def trainer_files() -> dict[str, bytes]:
     return found
 
 
+def accelerator_files(profile: Profile) -> dict[str, bytes]:
+    """The accelerator's code for the trainers (its folder's *.py: trainer.py), by its path in the
+    context (accelerators/<name>/...): the image has it where reprokit_trainers/common/vendor.py looks."""
+    return {
+        f"accelerators/{profile.name}/{path.name}": path.read_bytes()
+        for path in sorted(profile.folder.glob("*.py"))
+    }
+
+
 def context_files(
     profile: Profile, vendor_files: dict[str, bytes] | None = None, with_vendor: bool = True
 ) -> dict[str, bytes]:
@@ -75,6 +84,7 @@ def context_files(
         "Dockerfile": dockerfile(profile, with_vendor).encode(),
         "lock.txt": profile.lock_file.read_bytes(),
         **trainer_files(),
+        **accelerator_files(profile),
     }
     if framework := framework_lock(profile):
         found["lock-framework.txt"] = framework.encode()

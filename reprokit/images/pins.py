@@ -2,10 +2,10 @@
 image ships, without pulling the base.
 
 The base is modelled as a virtual environment of the base's Python in which every package of its
-manifest (bases.yaml `ships`) is installed as an empty stub distribution at the base's version, so
+manifest (its base.yaml `ships`) is installed as an empty stub distribution at the base's version, so
 that pip sees it as installed, exactly as it would inside the image. `pip install --dry-run
 --report` then says what the image's pip layer would install, and whether it would replace
-something the base provides. The whole installed set is the profile's lock (locks/<profile>.txt),
+something the base provides. The whole installed set is the profile's lock (accelerators/<profile>/lock.txt),
 each pin with the sha256 of every wheel of its version that the base's Python and platform can
 install (read from the package index, as pip-compile --generate-hashes does): images install exactly
 it with --require-hashes, whichever of those files pip picks, and wheelhouses download it.
@@ -406,7 +406,7 @@ def lock_problems(profile: Profile) -> list[str]:
     for requirement in profile.requirements:
         name, _, version = requirement.partition("==")
         if locked.get(normalize(name)) != version.strip():
-            found.append(f"{path} does not pin {requirement} of accelerators.yaml ({profile.name})")
+            found.append(f"{path} does not pin {requirement} of {profile.folder.name}/profile.yaml")
     return found
 
 
@@ -421,7 +421,7 @@ def framework_pins(text: str) -> list[str]:
 
 def lock_text(resolution: Resolution, base: Base, hashes: dict[str, list[str]], index: str) -> str:
     header = (
-        f"# The {resolution.profile} image's pip layer, resolved against {base.reference} (bases.yaml "
+        f"# The {resolution.profile} image's pip layer, resolved against {base.reference} (base.yaml "
         f"{base.name}) by `inv pins --accelerator {resolution.profile} --write`.\n"
         f"# Each pin has the sha256 of every wheel of its version that Python {base.python} on glibc "
         f"{base.glibc} (x86-64) can install, from {index}:\n"

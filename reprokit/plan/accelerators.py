@@ -1,42 +1,39 @@
-"""Accelerator profiles (docker/accelerators.yaml, found through reprokit/contract/layout.py): base image,
-packages, run flags, launcher, device names; and the base images' manifests (docker/bases.yaml): what
-each ships that the kit's pins touch."""
+"""The accelerators: one folder each under `accelerators/` (found through reprokit/contract/layout.py),
+discovered, never listed in code. A folder holds its profile (`profile.yaml`: base image, packages, run
+flags, launcher, device names, Slurm), its base image's facts (`base.yaml`: what the base ships that the
+kit's pins touch, with their sources), its lock (`lock.txt`) and the trainers' vendor code
+(`trainer.py`: energy and device memory, loaded by reprokit_trainers/common/vendor.py, never by the host).
+What this machine has of one is reprokit/plan/listing.py's."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shlex
-import shutil
-import signal
-import subprocess
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.contract.layout import DOCKER
+from reprokit.contract.layout import ACCELERATORS
 from reprokit.plan.validation import one_line
 
-PROFILES_FILE = DOCKER / "accelerators.yaml"
-BASES_FILE = DOCKER / "bases.yaml"
-LOCKS_DIR = DOCKER / "locks"
-# Detection order: the most specific hardware first; cpu always matches.
-DETECTION_ORDER = ("gaudi2", "cuda", "cpu")
+PROFILE_FILE = "profile.yaml"
+BASE_FILE = "base.yaml"
+LOCK_FILE = "lock.txt"
 
 
 class Slurm(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     gres: str | None = None
     nic_env: str | None = None
+    # torch.distributed's name of the collective library (ROCm's RCCL is torch's `nccl`).
     distributed_backend: Literal["nccl", "hccl", "gloo"]
     # What `--container auto` means on Slurm: the image's stack runs the cells on the nodes.
     container: Literal["pyxis", "apptainer", "none"] = "none"
+    # What `apptainer exec` is given to see the devices (--nv: NVIDIA's, --rocm: AMD's).
+    apptainer_flags: list[str] = Field(default_factory=list)
 
 
 class Source(BaseModel):
@@ -47,13 +44,25 @@ class Source(BaseModel):
 
 
 class StandIn(BaseModel):
-    """CI's stand-in for a vendor base: what it preinstalls in its place and what it cannot mimic."""
+    """CI's stand-in for a vendor base: what it preinstalls in its place and what it cannot mimic; or
+    (`of`) another base's stand-in, built once for both, where the same Python and framework stand in."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    python: str
-    packages: list[str]
+    of: str | None = None
+    python: str | None = None
+    packages: list[str] = Field(default_factory=list)
     system_packages: list[str] = Field(default_factory=list)
     differences: list[str]
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StandIn:
+        if self.of is None and (self.python is None or not self.packages):
+            raise ValueError(
+                "a stand-in names its python and packages, or the base whose stand-in it is (of)"
+            )
+        if self.of is not None and (self.python or self.packages or self.system_packages):
+            raise ValueError("a stand-in `of` another base takes that one's python and packages")
+        return self
 
 
 class Base(BaseModel):
@@ -113,49 +122,22 @@ class DeviceListing(BaseModel):
     # A line of a partition of the device above it (a MIG device): what a process gets instead of the
     # whole device, when there is one.
     partition: str | None = None
-
-
-@dataclass(frozen=True)
-class Devices:
-    """What this machine has of an accelerator: its devices' models and their partitions (MIG devices)."""
-
-    accelerator: str
-    models: tuple[str, ...]
-    partitions: int = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.models)
-
-    @property
-    def model(self) -> str | None:
-        return self.models[0] if self.models else None
-
-    def describe(self) -> str:
-        mig = f", in MIG mode: {self.partitions} MIG device(s)" if self.partitions else ""
-        return f"{self.count} x {self.model}{mig}"
-
-    def refusal(self, wanted: int, asked: bool = True) -> str | None:
-        """Why `wanted` ranks of one cell cannot run on these devices, in a line; None where they can.
-        `asked`: the user gave the count (--devices); otherwise the published cells want whole devices."""
-        if self.partitions and (wanted > 1 or not asked):
-            return (
-                f"this machine's {self.accelerator} GPUs are in MIG mode ({self.describe()}): a CUDA process sees "
-                f"one MIG device, a slice of a GPU, and NCCL cannot join MIG devices, so {wanted} rank(s) on whole "
-                "devices cannot run; turn MIG off (nvidia-smi -mig 0, as root), or run one rank on one MIG device "
-                "with --devices 1"
-            )
-        if wanted > self.count:
-            return f"--devices {wanted}: this machine has {self.describe()}"
-        return None
+    # Rank binding (scripts/jobs/bind-rank.sh.j2): a command printing the PCI address of device
+    # `{device}` as its last word, and the variable through which Slurm hands a job its devices.
+    bus_id: str | None = None
+    visible_env: str | None = None
 
 
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    # The folder it was found in (accelerators/<name>/): its base, lock and vendor code are beside it.
+    folder: Path = Field(exclude=True)
     description: str
-    base: str = Field(description="the base image, by its name in bases.yaml")
+    # --accelerator auto tries the profiles in this order, the most specific hardware first; cpu last.
+    detection_order: int
+    base: str = Field(description="the base image, by its name in its folder's base.yaml")
     system_packages: list[str] = Field(default_factory=list)
     requirements: list[str]
     # How this profile's pins differ from the `train` extra (pyproject.toml), package -> why.
@@ -168,10 +150,23 @@ class Profile(BaseModel):
     # on a Gaudi): the image has them; this machine's Python is checked for them without importing.
     python_modules: list[str] = Field(default_factory=list)
     detect: str
+    # The trainers' torch must be built for it: the `torch.version` attribute such a build sets (cuda,
+    # hip); its devices are counted through torch.cuda where `torch_device` is cuda. None: any build.
+    torch_build: str | None = None
+    torch_device: Literal["cuda", "hpu", "cpu"] = "cpu"
+    # The recipes' variants written for these accelerators run here as written (ROCm's torch is
+    # CUDA's API over HIP): a variant's `accelerators: [cuda]` admits it.
+    runs_variants_of: list[str] = Field(default_factory=list)
     # None: one device (the CPU).
     devices: DeviceListing | None = None
     device_names: dict[str, str]
     slurm: Slurm
+
+    def runs(self, variant_accelerators: list[str] | None) -> bool:
+        """Whether a variant that runs on `variant_accelerators` (None: any) runs on this accelerator."""
+        if variant_accelerators is None:
+            return True
+        return bool({self.name, *self.runs_variants_of} & set(variant_accelerators))
 
     @property
     def base_manifest(self) -> Base:
@@ -193,7 +188,7 @@ class Profile(BaseModel):
     @property
     def lock_file(self) -> Path:
         """Every package the image's pip layer installs, pinned (`inv pins --write` makes it)."""
-        return LOCKS_DIR / f"{self.name}.txt"
+        return self.folder / LOCK_FILE
 
     def device_key(self, device_name: str | None) -> str | None:
         """The recipes' key of a device as its driver or the trainer names it ('NVIDIA H100 80GB HBM3'
@@ -222,6 +217,12 @@ class Profile(BaseModel):
             flags.append(f"--shm-size={opts['shm_size']}")
         for cap in opts.get("cap_add", []):
             flags.append(f"--cap-add={cap}")
+        for device in opts.get("devices", []):
+            flags.append(f"--device={device}")
+        for group in opts.get("group_add", []):
+            flags += ["--group-add", str(group)]
+        for option in opts.get("security_opt", []):
+            flags += ["--security-opt", str(option)]
         for name, limit in opts.get("ulimits", {}).items():
             flags += ["--ulimit", f"{name}={limit}"]
         for key, value in self.env.items():
@@ -229,35 +230,60 @@ class Profile(BaseModel):
         return flags
 
 
-def _load(path: Path, model: type[BaseModel], what: str) -> dict[str, Any]:
+def _read(path: Path, what: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ReprokitError(f"{path}: cannot read {what}: {exc}") from None
-    result = {}
-    for name, body in (raw or {}).items():
-        try:
-            result[name] = model.model_validate({"name": name, **(body or {})})
-        except ValidationError as exc:
-            raise ReprokitError(one_line(f"{path} ({name})", exc)) from None
-    return result
+    if raw is not None and not isinstance(raw, dict):
+        raise ReprokitError(f"{path}: {what} is not a mapping of keys")
+    return raw or {}
+
+
+def folders() -> list[Path]:
+    """The accelerators' folders: each folder of accelerators/ that holds a profile.yaml."""
+    return sorted(p.parent for p in ACCELERATORS.glob(f"*/{PROFILE_FILE}"))
 
 
 @cache
 def bases() -> dict[str, Base]:
-    return _load(BASES_FILE, Base, "base image manifests")
+    """Every accelerator folder's base images (base.yaml: name -> facts), by name."""
+    found: dict[str, Base] = {}
+    for folder in folders():
+        path = folder / BASE_FILE
+        for name, body in _read(path, "base image facts").items():
+            if name in found:
+                raise ReprokitError(f"{path}: base {name!r} is also in another accelerator's base.yaml")
+            try:
+                found[name] = Base.model_validate({"name": name, **(body or {})})
+            except ValidationError as exc:
+                raise ReprokitError(one_line(f"{path} ({name})", exc)) from None
+    return found
 
 
 @cache
 def profiles() -> dict[str, Profile]:
-    found = _load(PROFILES_FILE, Profile, "accelerator profiles")
-    for profile in found.values():
+    """Every accelerator folder's profile, by the folder's name, in detection order."""
+    found: dict[str, Profile] = {}
+    for folder in folders():
+        path = folder / PROFILE_FILE
+        try:
+            profile = Profile.model_validate(
+                {**_read(path, "an accelerator profile"), "name": folder.name, "folder": folder}
+            )
+        except ValidationError as exc:
+            raise ReprokitError(one_line(str(path), exc)) from None
         if profile.base not in bases():
             raise ReprokitError(
-                f"{PROFILES_FILE} ({profile.name}): base {profile.base!r} is not in {BASES_FILE.name}; "
-                f"known bases: {', '.join(bases())}"
+                f"{path}: base {profile.base!r} is not in {folder / BASE_FILE}; known bases: {', '.join(bases())}"
             )
-    return found
+        standin = profile.base_manifest.standin
+        if standin is not None and standin.of is not None and standin.of not in bases():
+            raise ReprokitError(
+                f"{folder / BASE_FILE}: standin of {standin.of!r}: no such base; known: {', '.join(bases())}"
+            )
+        found[profile.name] = profile
+    return dict(sorted(found.items(), key=lambda item: (item[1].detection_order, item[0])))
 
 
 def get(name: str) -> Profile:
@@ -267,129 +293,7 @@ def get(name: str) -> Profile:
     return known[name]
 
 
-# Seconds a driver's listing tool may take (a wedged driver hangs nvidia-smi for minutes).
-TOOL_TIMEOUT_S = 30
-
-
-def run_tool(command: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """A driver's tool, run as its command says (no shell), in a process group of its own: on a hang
-    the whole group is killed, so nothing it started outlives the kit's limit. Raises
-    subprocess.TimeoutExpired after killing it, FileNotFoundError where it is not installed."""
-    argv = shlex.split(command)
-    timeout = TOOL_TIMEOUT_S if timeout is None else timeout
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as process:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            # Before it is reaped: its pid, the group's id, cannot have been reused yet.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
-
-
-def tool_failure(command: str) -> str | None:
-    """Why `command` (a driver's listing tool) gave no listing, in a phrase; None when it exited 0."""
-    try:
-        done = run_tool(command)
-    except subprocess.TimeoutExpired as timed_out:
-        return f"`{command}` gave no answer in {timed_out.timeout:.0f} s (stopped)"
-    except OSError as error:
-        return f"`{command}` could not run: {error.strerror or error}"
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        return f"`{command}` exited {done.returncode}{': ' + said[-1].strip() if said else ''}"
-    return None
-
-
-def detect() -> str:
-    """The accelerator of this machine, by each profile's detect command. A profile's tool that is
-    not installed means not that accelerator; one that is installed but fails or hangs is a refusal
-    naming it (a broken driver is not a CPU machine: its smoke cells would be no answer)."""
-    known = profiles()
-    for name in DETECTION_ORDER:
-        if name not in known:
-            continue
-        command = known[name].detect
-        if command == "true":
-            return name
-        if shutil.which(shlex.split(command)[0]) is None:
-            continue
-        failure = tool_failure(command)
-        if failure is None:
-            return name
-        raise ReprokitError(
-            f"--accelerator auto: the {name} driver's tool does not answer ({failure}); fix the driver, or "
-            f"name the accelerator: --accelerator cpu, or --accelerator {name} --devices N"
-        )
-    return "cpu"
-
-
-def resolve(name: str) -> str:
-    return detect() if name == "auto" else get(name).name
-
-
-class CannotCount(ReprokitError):
-    """This machine's devices cannot be listed (the driver's tool is missing, fails or hangs): a count is
-    never guessed, and one given with --devices is used as given (planner.fitted_devices, the
-    preflight's devices check), which the refusal advises."""
-
-    def __init__(
-        self, accelerator: str, why: str, advice: str = "fix the driver, or give the count with --devices N"
-    ):
-        self.reason = f"cannot count this machine's {accelerator} devices: {why}"
-        super().__init__(f"{self.reason}; {advice}")
-
-
-def devices_here(name: str) -> Devices:
-    """This machine's devices of accelerator `name`, listed by its profile's command. A listing that
-    cannot be made (the tool is missing, fails, lists nothing) is a one-line error: a device count is
-    never guessed."""
-    profile = get(name)
-    listing = profile.devices
-    if listing is None:
-        return Devices(name, ("cpu",))
-    executable = shlex.split(listing.command)[0]
-    if shutil.which(executable) is None:
-        raise CannotCount(
-            name,
-            f"{executable} is not on PATH (the driver's tools)",
-            "install them, or give the count with --devices N",
-        )
-    try:
-        done = run_tool(listing.command)
-    except subprocess.TimeoutExpired as timed_out:
-        raise CannotCount(
-            name, f"`{listing.command}` gave no answer in {timed_out.timeout:.0f} s (stopped)"
-        ) from None
-    except OSError as error:
-        raise CannotCount(name, f"`{listing.command}` could not run: {error.strerror or error}") from None
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise CannotCount(
-            name, f"`{listing.command}` exited {done.returncode}{': ' + said[-1].strip() if said else ''}"
-        )
-    models: list[str] = []
-    partitions = 0
-    for line in done.stdout.splitlines():
-        found = re.search(listing.device, line)
-        if found:
-            models.append(found.groupdict().get("model") or line.strip())
-        elif listing.partition and re.search(listing.partition, line):
-            partitions += 1
-    if not models:
-        raise CannotCount(name, f"`{listing.command}` lists none")
-    return Devices(name, tuple(models), partitions)
-
-
-def device_count(name: str) -> int:
-    """The devices one cell's ranks can use here (one error line where they cannot be counted)."""
-    return devices_here(name).count
+def flag_help(auto: str = "this machine's; default") -> str:
+    """The one help text of --accelerator: the accelerators' folders found, and auto (read at import:
+    the folders' names only, so that a broken profile is said by the command that reads it)."""
+    return f"{', '.join(folder.name for folder in folders())} or auto ({auto})"

@@ -172,7 +172,7 @@ def profile_schedule(args: dict[str, Any]) -> dict[str, int]:
 
 def left_out(recipe: Recipe, variant: Variant, accelerator: str, scale: str) -> str | None:
     """Why ``variant`` gives no cell on ``accelerator`` at ``scale``, in a phrase; None where it gives one."""
-    if variant.accelerators is not None and accelerator not in variant.accelerators:
+    if not accelerators.get(accelerator).runs(variant.accelerators):
         return f"variant {variant.name} of {recipe.name} runs only on {', '.join(variant.accelerators)}, not {accelerator}"
     only = recipe.scales[scale].variants
     if only is not None and variant.name not in only:
@@ -235,7 +235,7 @@ def expand(
     chosen = [
         v
         for v in recipe.variants
-        if (v.accelerators is None or accelerator in v.accelerators)
+        if profile.runs(v.accelerators)
         and (scale_def.variants is None or v.name in scale_def.variants)
         and (not variants or v.name in variants)
     ]
@@ -249,7 +249,9 @@ def expand(
         args.update(_model_args(recipe, architecture))
         args.update(_dataset_args(recipe))
         args.update(recipe.hyperparameters)
-        args.update(recipe.accelerator_args.get(profile.name, {}))
+        # A variant run as written for another accelerator (ROCm's for CUDA) takes its arguments too.
+        for name in (*profile.runs_variants_of, profile.name):
+            args.update(recipe.accelerator_args.get(name, {}))
         args.update(variant.args)
         args.update(scale_def.args)
         used = apply_data(recipe, args, data or {})

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators, recipes
+from reprokit.plan import accelerators, listing, recipes
 from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data
 from reprokit.plan.request import Request
@@ -21,7 +21,8 @@ from reprokit.plan.request import Request
 
 @dataclass
 class Plan:
-    accelerator: str
+    # The accelerator's profile, resolved once: every stage takes it from here.
+    profile: accelerators.Profile
     scale: str
     runtime: str
     cells: list[Cell]
@@ -30,6 +31,10 @@ class Plan:
     devices: int | None = None
     nodes: int | list[int] | None = None
     container: str = "none"
+
+    @property
+    def accelerator(self) -> str:
+        return self.profile.name
 
 
 # (runtime asked, container asked, the accelerator's profile) -> (runtime, container platform, why they
@@ -45,7 +50,7 @@ def choose_scale(scale: str, accelerator: str) -> str:
 
 
 def fitted_devices(
-    accelerator: str, scale: str, asked: int | None, here: accelerators.Devices | None = None
+    accelerator: str, scale: str, asked: int | None, here: listing.Devices | None = None
 ) -> int | None:
     """The devices per cell on this machine: what --devices asked, checked against what is here where
     it can be listed, or, for published cells, the published 8 capped at what is here (a smaller
@@ -55,8 +60,8 @@ def fitted_devices(
     if asked is None and scale != "published":
         return None  # each recipe's own (the smoke scale: one device)
     try:
-        here = here or accelerators.devices_here(accelerator)
-    except accelerators.CannotCount:
+        here = here or listing.devices_here(accelerator)
+    except listing.CannotCount:
         if asked is not None:
             return asked  # the user's count, which nothing here can check
         raise
@@ -94,8 +99,8 @@ def plan(request: Request, choose: Choose, *, fit_devices: bool = True) -> Plan:
     machine (published cells run locally on at most the devices it has, on one node); not wanted when
     only rendering for another machine."""
     messages: list[str] = []
-    accelerator = accelerators.resolve(request.accelerator)
-    profile = accelerators.get(accelerator)
+    profile = listing.resolve(request.accelerator)
+    accelerator = profile.name
     scale = choose_scale(request.scale, accelerator)
     runtime, container, why = choose(request.runtime, request.container, profile)
     if request.accelerator == "auto" or request.scale == "auto" or why:
@@ -163,4 +168,4 @@ def plan(request: Request, choose: Choose, *, fit_devices: bool = True) -> Plan:
         devices = fitted_devices(accelerator, scale, request.devices)
         for cell in found if devices is not None else []:
             cell.devices = devices
-    return Plan(accelerator, scale, runtime, found, messages, devices, request.nodes, container)
+    return Plan(profile, scale, runtime, found, messages, devices, request.nodes, container)

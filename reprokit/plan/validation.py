@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-# Where each file's keys are described: the accelerator profiles and base manifests beside the
-# Dockerfiles, every other file a recipe.
-README = {"accelerators.yaml": "docker/README.md", "bases.yaml": "docker/README.md"}
+# Where each file's keys are described: the accelerator profiles and base manifests in their
+# folders' README, every other file a recipe.
+README = {"profile.yaml": "accelerators/README.md", "base.yaml": "accelerators/README.md"}
 
 
 def one_line(source: str, error: ValidationError) -> str:

@@ -1,5 +1,5 @@
-"""A base image read back and held to docker/bases.yaml: its OS, glibc, Python, the packages it ships
-(pip's own list), its environment and its tools, each fact confirmed or corrected, and those bases.yaml
+"""A base image read back and held to the accelerator's base.yaml: its OS, glibc, Python, the packages it ships
+(pip's own list), its environment and its tools, each fact confirmed or corrected, and those base.yaml
 could not source (`unverified`) said so.
 
 The facts are read by one shell script run inside the image (docker run, apptainer exec), whose output
@@ -85,7 +85,7 @@ def parse(text: str) -> Facts:
 
 
 def _same_os(said: str, seen: str) -> bool:
-    """bases.yaml's `Ubuntu 24.04` against /etc/os-release's `Ubuntu 24.04.1 LTS`: each word said
+    """base.yaml's `Ubuntu 24.04` against /etc/os-release's `Ubuntu 24.04.1 LTS`: each word said
     begins a word seen (case aside, parentheses ignored)."""
     words = [w for w in re.split(r"[\s()]+", seen.lower()) if w]
     return all(any(w.startswith(part) for w in words) for part in re.split(r"[\s()]+", said.lower()) if part)
@@ -93,7 +93,7 @@ def _same_os(said: str, seen: str) -> bool:
 
 @dataclass
 class Comparison:
-    """Each fact of the base: what bases.yaml says, what the image has, and the words for it."""
+    """Each fact of the base: what base.yaml says, what the image has, and the words for it."""
 
     confirmed: list[str] = field(default_factory=list)
     corrected: list[str] = field(default_factory=list)  # unverified facts the image shows otherwise
@@ -113,12 +113,12 @@ def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -
         if same:
             result.confirmed.append(
                 f"{name} {said}"
-                + (" (unverified in bases.yaml: now confirmed)" if normalized(name) in unverified else "")
+                + (" (unverified in base.yaml: now confirmed)" if normalized(name) in unverified else "")
             )
         elif normalized(name) in unverified:
-            result.corrected.append(f"{name} is {shown} here, bases.yaml says {said} (unverified)")
+            result.corrected.append(f"{name} is {shown} here, base.yaml says {said} (unverified)")
         else:
-            result.wrong.append(f"{name} is {shown} here, bases.yaml says {said}")
+            result.wrong.append(f"{name} is {shown} here, base.yaml says {said}")
 
     judge("os", base.os, facts.os or None, bool(facts.os) and _same_os(base.os, facts.os))
     judge("glibc", base.glibc, facts.glibc or None, facts.glibc == base.glibc)
@@ -143,8 +143,8 @@ def compare(base: Base, facts: Facts, kit_layer: frozenset[str] = frozenset()) -
         if tool in kit_layer:
             continue
         shown = "present" if seen else "absent"
-        if said is None:  # bases.yaml could not say: the image answers
-            result.corrected.append(f"{tool} is {shown} here, bases.yaml does not say (unverified)")
+        if said is None:  # base.yaml could not say: the image answers
+            result.corrected.append(f"{tool} is {shown} here, base.yaml does not say (unverified)")
         else:
             judge(tool, "present" if said else "absent", shown, said == seen)
     return result

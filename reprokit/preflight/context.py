@@ -46,7 +46,7 @@ class Context:
 
     @property
     def profile(self) -> accelerators.Profile:
-        return accelerators.get(self.plan.accelerator)
+        return self.plan.profile
 
     @property
     def container(self) -> str:

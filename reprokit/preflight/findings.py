@@ -54,7 +54,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     # What planning said (the scale and runtime chosen and why, recipe warnings).
     messages: list[str] = field(default_factory=list)
-    # The recipes' key of the devices the cells would run on (h100, gaudi2, ...; accelerators.yaml
+    # The recipes' key of the devices the cells would run on (h100, gaudi2, ...; profile.yaml
     # device_names), None where it names none; `device_name` as the driver printed it, None where
     # the devices are not this machine's (Slurm nodes) or could not be listed.
     device: str | None = None

@@ -1,8 +1,8 @@
 """What the trainers' import probe answered in this machine's Python, kept by what decides it: a second
 dry run or preflight of an unchanged environment starts no Python that imports torch (seconds each).
 
-The key is what an import's outcome rests on: the interpreter (its path and file), the modules asked
-for, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
+The key is what an import's outcome rests on: the interpreter (its path and file), the probe's code and
+the modules asked for, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
 on the child's path as a whole (its modification time changes when pip installs, upgrades or removes a
 package there, a dist-info folder's name carrying the version), with the environment variables that
 steer loading native libraries. An answer that counted devices is never kept: devices come and go,
@@ -59,14 +59,15 @@ def _sources(roots: list[Path]) -> list:
     )
 
 
-def key(modules: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
-    """The answer's key in this process's environment (the probe's child inherits it); `trainer_folders`:
+def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
+    """The answer's key in this process's environment (the probe's child inherits it): `argv` the
+    child's arguments (the probe's code, the modules); `trainer_folders`:
     the folders whose every source file is read into it (the kit's trainers, a user's under development)."""
     interpreter = Path(sys.executable)
     path_entries = [p for p in pythonpath.split(os.pathsep) if p] + [p for p in sys.path if p]
     facts = {
         "python": [str(interpreter), str(interpreter.resolve()), _stat(interpreter.resolve()), sys.version],
-        "modules": modules,
+        "argv": argv,
         "pythonpath": pythonpath,
         "trainers": _sources(trainer_folders),
         "folders": {entry: _stat(Path(entry)) for entry in dict.fromkeys(path_entries)},

@@ -179,7 +179,7 @@ def run_cells(
     if timeout is not None and timeout_set_by is None:
         timeout_set_by = f"--timeout {rundirs.seconds_text(timeout)}"
     runtime = runtime_for(the_plan, runtime_options)
-    profile = accelerators.get(the_plan.accelerator)
+    profile = the_plan.profile
     # Absolute: cells run in their own run directory, where a relative path would mean another place.
     runs = session_dir.resolve() / sessions.RUNS
     if runs.is_symlink():

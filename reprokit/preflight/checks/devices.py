@@ -1,11 +1,11 @@
 """Devices: what this machine has (count, model, MIG), whether the cells' layout fits it, and the key its
-device has in the recipes' references (accelerators.yaml device_names): a published cell with no figure
+device has in the recipes' references (an accelerator profile's device_names): a published cell with no figure
 for it runs with no reference, never "would not"."""
 
 from __future__ import annotations
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators
+from reprokit.plan import listing
 from reprokit.plan.planner import fitted_devices
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
@@ -41,8 +41,8 @@ class Devices(Check):
             )
         asked = context.request.devices
         try:
-            here = accelerators.devices_here(plan.accelerator)
-        except accelerators.CannotCount as error:
+            here = listing.devices_here(plan.accelerator)
+        except listing.CannotCount as error:
             if asked is None:
                 return [*found, self.finding(str(error), blocks=True)]
             # The count the refusal itself advises, used as given as `reproduce` uses it: said, not

@@ -1,4 +1,4 @@
-"""The image: built or pulled, and its base read back and held to docker/bases.yaml (OS, glibc,
+"""The image: built or pulled, and its base read back and held to the accelerator's base.yaml (OS, glibc,
 Python, what it ships, its environment; `unverified` facts confirmed or corrected); without a container,
 this Python with the train extra (and the accelerator's own stack)."""
 
@@ -99,7 +99,7 @@ class Image(Check):
         compared = baseimage.compare(base, facts, layer)
         found = [
             self.finding(
-                f"read back {source}: {len(compared.confirmed)} fact(s) of bases.yaml ({base.name}) confirmed"
+                f"read back {source}: {len(compared.confirmed)} fact(s) of base.yaml ({base.name}) confirmed"
             )
         ]
         found += [
@@ -108,7 +108,7 @@ class Image(Check):
         found += [self.finding(f"corrected: {line}") for line in compared.corrected]
         found += [
             self.finding(
-                f"{line} (verified): the pins were resolved against bases.yaml; fix it and `inv pins`", True
+                f"{line} (verified): the pins were resolved against base.yaml; fix it and `inv pins`", True
             )
             for line in compared.wrong
         ]

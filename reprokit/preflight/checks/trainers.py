@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from reprokit import images
-from reprokit.contract import trainers
+from reprokit.contract import layout, trainers
 from reprokit.preflight import imagereads, pythonreads
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.checks.image import KEPT
@@ -41,7 +41,10 @@ torch = sys.modules.get("torch")
 if torch is not None:
     found["torch"] = torch.__version__
     found["cuda"] = getattr(torch.version, "cuda", None)
-    if found["cuda"] and os.environ.get("REPROKIT_PROBE_DEVICES"):
+    # What torch was built for, by each build's attribute (cuda, hip, ...): a profile's torch_build.
+    found["builds"] = {k: v for k, v in vars(torch.version).items() if k.isalpha() and isinstance(v, str)}
+    # device_count, not is_available: a CUDA torch on a machine whose driver it cannot use counts 0.
+    if os.environ.get("REPROKIT_PROBE_DEVICES"):
         found["cuda_devices"] = torch.cuda.device_count()
 found["python"] = sys.version.split()[0]
 print("REPROKIT-PROBE " + json.dumps(found))
@@ -86,7 +89,9 @@ class Trainers(Check):
         if context.container == "none":
             path = os.pathsep.join(p for p in (trainers.search_path(), os.environ.get("PYTHONPATH")) if p)
             where = f"this Python ({sys.executable})"
-            name = pythonreads.key(modules, path, trainers.source_folders())
+            # The accelerators' trainer-side code too: the trainers load their folder's trainer.py.
+            folders = [*trainers.source_folders(), layout.ACCELERATORS]
+            name = pythonreads.key(["-c", PROBE, *modules], path, folders)
             output = pythonreads.kept(name)
             if output is not None:
                 self.kept = pythonreads.KEPT
@@ -143,23 +148,29 @@ class Trainers(Check):
                     self.finding(f"{module} does not import in {where}: {outcome['error']}", True, cells)
                 )
         torch, cuda = found.get("torch"), found.get("cuda")
-        if context.profile.name == "cuda" and torch is not None and not cuda:
+        profile = context.profile
+        build = profile.torch_build
+        version = (found.get("builds") or {}).get(build) if build else None
+        if build == "cuda" and "builds" not in found:
+            version = cuda  # an answer kept from before the probe named its builds
+        if build and torch is not None and not version:
             result.append(
                 self.finding(
-                    f"the torch of {where} ({torch}) is a CPU build: the cuda cells need one built for CUDA "
-                    "(the cuda image's, or pip's CUDA wheels)",
+                    f"the torch of {where} ({torch}) is not built for {build}: the {profile.name} cells need "
+                    f"one that is (the {profile.name} image's, or pip's {build} wheels)",
                     True,
                 )
             )
         seen = found.get("cuda_devices")
         of = _counts(context)
-        if cuda and seen is not None and of:
+        if version and seen is not None and of:
+            visible = (profile.devices.visible_env if profile.devices else None) or "CUDA_VISIBLE_DEVICES"
             wanted = max((c.devices for c in context.cells), default=1)
             if seen < wanted:
                 result.append(
                     self.finding(
                         f"the torch of {where} ({torch}) sees {seen} CUDA device(s), the cells would use {wanted} "
-                        f"{of}: check CUDA_VISIBLE_DEVICES, and that the driver is new enough for CUDA {cuda}",
+                        f"{of}: check {visible}, and that the driver is new enough for {build} {version}",
                         True,
                     )
                 )
@@ -181,7 +192,7 @@ def _counts(context: Context) -> str | None:
     """Whose count of devices this Python's torch is held to (None: no count is checked here): on cuda,
     the devices the driver listed on this very machine, or a count the user gave that the driver's tool
     could not verify (this is then the count's only check)."""
-    if context.profile.name != "cuda":
+    if context.profile.torch_device != "cuda":  # counted through torch.cuda (CUDA's, ROCm's HIP)
         return None
     if context.device_name:
         return f"of the {context.device_name} the driver lists"

@@ -28,7 +28,7 @@ class Apptainer(Container):
         node_image(self.options, profile, "apptainer", self.name)
 
     def command(self, cell: Cell, profile: Profile, image: str, mount: Path) -> list[str]:
-        gpu = ["--nv"] if profile.slurm.gres else []
+        gpu = profile.slurm.apptainer_flags
         binds = ",".join([f"{mount}:{mount}", *(f"{p}:{p}:ro" for p in cell.data.values())])
         return ["apptainer", "exec", *gpu, "--bind", binds, image]
 

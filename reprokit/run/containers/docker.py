@@ -48,7 +48,11 @@ PASSTHROUGH_ENV = (
     "TRANSFORMERS_OFFLINE",
     "OMP_NUM_THREADS",
 )
-DOCKER_RUN_KEYS = ("gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "ulimits", "cap_add", "user")
+DOCKER_RUN_KEYS = (
+    "gpus", "runtime", "ipc_mode", "network_mode", "shm_size", "ulimits", "cap_add", "user",
+    # Device nodes and what may open them, where a vendor has no Docker runtime (AMD: /dev/kfd, /dev/dri).
+    "devices", "group_add", "security_opt",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,19 @@ class ContainerSpec:
         if "gpus" in opts:
             count = -1 if str(opts["gpus"]) == "all" else int(opts["gpus"])
             kwargs["device_requests"] = [DeviceRequest(count=count, capabilities=[["gpu"]])]
-        for key in ("runtime", "ipc_mode", "network_mode", "shm_size", "cap_add"):
+        for key in (
+            "runtime",
+            "ipc_mode",
+            "network_mode",
+            "shm_size",
+            "cap_add",
+            "group_add",
+            "security_opt",
+        ):
             if key in opts:
                 kwargs[key] = opts[key]
+        if "devices" in opts:
+            kwargs["devices"] = [f"{device}:{device}:rwm" for device in opts["devices"]]
         if "ulimits" in opts:
             kwargs["ulimits"] = [_ulimit(Ulimit, name, limit) for name, limit in opts["ulimits"].items()]
         return kwargs
@@ -118,7 +132,7 @@ class ContainerSpec:
             lines.append(["--user", self.user])
         flags = self.profile.docker_flags()
         while flags:
-            take = 2 if flags[0] in ("--gpus", "--ulimit", "-e") else 1
+            take = 2 if flags[0] in ("--gpus", "--ulimit", "-e", "--group-add", "--security-opt") else 1
             lines.append(flags[:take])
             flags = flags[take:]
         for host, bind in self.volumes.items():

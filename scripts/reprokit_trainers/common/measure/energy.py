@@ -1,15 +1,12 @@
 """Energy and utilization over the meter's measured window, from what the hardware itself reports.
 
-- NVIDIA: NVML's total-energy counter (millijoules since the driver loaded, exact on Volta and newer)
-  read at the meter's boundaries, and power and utilization sampled by a thread; on a GPU without
-  the counter, the sampled power integrated over the window, and said so.
-- Gaudi: HLML through Habana's ``pyhlml`` where it is installed (the total-energy counter in
-  millijoules, read in process as NVML's is); else hl-smi's power draw and utilization sampled by the
-  thread (one call a second: hl-smi is a program), the power integrated over the window, its
-  ``method`` saying why HLML was not used.
-- CPU: RAPL's package counters (``/sys/class/powercap/intel-rapl:N/energy_uj``) where readable (Linux
-  5.10 and later make them root's alone), read with wrap-around; utilization is the machine's CPUs
-  as the kernel counts them (psutil), all processes included.
+Each accelerator's folder says how its hardware is read (``energy_source`` in
+accelerators/<name>/trainer.py, found by reprokit_trainers/common/vendor.py): NVIDIA's NVML and AMD's
+AMD SMI read a total-energy counter in process (``CounterSource``, the one shape of a vendor library
+that counts energy per device), Gaudi's HLML likewise, else hl-smi's power sampled; a CPU its RAPL
+package counters. This module is the sampler every source feeds: the readings at the meter's
+boundaries, power and utilization sampled by a thread, the power integrated where a device has no
+counter (and said so).
 
 Where none answers, ``energy`` says ``unavailable (why)`` and the numbers are None: never a guess.
 Only rank 0 samples, its node's devices: the samples per joule are the samples those devices' ranks
@@ -19,20 +16,16 @@ trained (every rank trains as many per step). This module must not import the ki
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import shutil
-import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-POWERCAP = Path("/sys/class/powercap")
+from reprokit_trainers.common import vendor
+
 SAMPLE_INTERVAL_S = 0.2  # 5 Hz: NVML and sysfs reads cost microseconds
-HL_SMI_INTERVAL_S = 1.0  # hl-smi is a process per reading
-HL_SMI_TIMEOUT_S = 10
 
 
 class Unavailable(Exception):
@@ -62,290 +55,68 @@ class Source:
         return None
 
 
-class NvmlSource(Source):
-    """The GPUs behind ``handles`` through NVML (pynvml, nvidia-ml-py's module)."""
+class CounterSource(Source):
+    """Devices read in process through a vendor's management library: its total-energy counter
+    (millijoules), power draw (milliwatts) and utilization (percent), per device handle. The vendor's
+    trainer.py gives the reads and the library's error type; a device without the counter has its
+    sampled power integrated instead."""
 
-    name = "NVML"
-
-    def __init__(self, nvml: Any, handles: list[Any], of: str) -> None:
-        self.nvml, self.handles, self.of, self.ranks = nvml, handles, of, len(handles)
-        self.utilization_of = "GPU utilization (time a kernel ran, as NVML samples it)"
+    def __init__(
+        self,
+        name: str,
+        handles: list[Any],
+        *,
+        of: str,
+        ranks: int | None,
+        utilization_of: str,
+        energy_mj: Callable[[Any], float],
+        power_mw: Callable[[Any], float],
+        busy_percent: Callable[[Any], float],
+        error: type[BaseException] | tuple[type[BaseException], ...],
+        shutdown: Callable[[], Any] = lambda: None,
+    ) -> None:
+        self.name, self.handles, self.of, self.ranks = name, handles, of, ranks
+        self.utilization_of = utilization_of
+        self._energy, self._power, self._busy = energy_mj, power_mw, busy_percent
+        self._error, self._shutdown = error, shutdown
         try:
             self._base = self._energy_mj()
             self.has_counter = True
-        except nvml.NVMLError:
-            self._base = 0  # a GPU before Volta: integrate the sampled power instead
+        except self._error:
+            self._base = 0  # no counter (an NVIDIA GPU before Volta): integrate the sampled power
         self.method = "total energy counter" if self.has_counter else "sampled power, integrated"
 
-    def _energy_mj(self) -> int:
-        return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles)
+    def _energy_mj(self) -> float:
+        return sum(self._energy(h) for h in self.handles)
 
     def counter(self) -> float | None:
         return (self._energy_mj() - self._base) / 1e3 if self.has_counter else None
 
     def sample(self) -> tuple[float | None, float | None]:
         try:
-            watts = sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1e3
-        except self.nvml.NVMLError:
+            watts: float | None = sum(self._power(h) for h in self.handles) / 1e3
+        except self._error:
             watts = None
         try:
-            busy = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
-            utilization = sum(busy) / len(busy) / 100
-        except self.nvml.NVMLError:
+            busy = [self._busy(h) for h in self.handles]
+            utilization: float | None = sum(busy) / len(busy) / 100
+        except self._error:
             utilization = None
         return watts, utilization
 
     def close(self) -> None:
-        with contextlib.suppress(self.nvml.NVMLError):
-            self.nvml.nvmlShutdown()
-
-
-@dataclass
-class _Zone:
-    path: Path
-    range_uj: int
-    last_uj: int
-    total_uj: int = 0
-
-
-class RaplSource(Source):
-    """The CPU packages' RAPL energy counters in a powercap folder."""
-
-    name = "RAPL"
-    has_counter = True
-    method = "package energy counters"
-
-    def __init__(self, zones: list[Path], ranks: int) -> None:
-        self._zones = []
-        for zone in zones:
-            max_range = zone / "max_energy_range_uj"
-            self._zones.append(
-                _Zone(zone / "energy_uj", int(max_range.read_text()), int((zone / "energy_uj").read_text()))
-            )
-        names = [_read(zone / "name") or zone.name for zone in zones]
-        self.of = f"CPU {', '.join(names)} (RAPL; the whole package: other processes on it count too)"
-        self.ranks = ranks
-        self.utilization_of = "the machine's CPUs busy, all processes (psutil)"
-        self._lock = threading.Lock()
-        self._psutil = _psutil()
-        if self._psutil is not None:
-            self._psutil.cpu_percent(None)  # the first call only starts psutil's own interval
-
-    def counter(self) -> float:
-        # The counters wrap at max_energy_range_uj (tens of minutes at full power): every read adds the
-        # delta since the last one, so reading at least once per wrap period (the sampler does) is exact.
-        with self._lock:
-            for zone in self._zones:
-                now = int(zone.path.read_text())
-                delta = now - zone.last_uj
-                if delta < 0:
-                    delta += zone.range_uj + 1
-                zone.total_uj += delta
-                zone.last_uj = now
-            return sum(zone.total_uj for zone in self._zones) / 1e6
-
-    def sample(self) -> tuple[float | None, float | None]:
-        # No instantaneous power in RAPL: the sampler derives it from the counter.
-        busy = self._psutil.cpu_percent(None) / 100 if self._psutil is not None else None
-        return None, busy
-
-
-class HlmlSource(Source):
-    """Every AIP HLML lists, through pyhlml: its energy counter, power and utilization, in process."""
-
-    name = "HLML"
-
-    def __init__(self, hlml: Any, handles: list[Any], ranks: int) -> None:
-        self.hlml, self.handles = hlml, handles
-        self.of = f"{len(handles)} AIP(s) HLML lists"
-        # The readings are of every AIP: they are the job's only when it used them all.
-        self.ranks = ranks if ranks == len(handles) else None
-        self.utilization_of = "AIP utilization (HLML)"
-        try:
-            self._base = self._energy_mj()
-            self.has_counter = True
-        except hlml.HLMLError:
-            self._base = 0
-        self.method = "total energy counter" if self.has_counter else "sampled power, integrated"
-
-    def _energy_mj(self) -> int:
-        return sum(self.hlml.hlmlDeviceGetTotalEnergyConsumption(h) for h in self.handles)
-
-    def counter(self) -> float | None:
-        return (self._energy_mj() - self._base) / 1e3 if self.has_counter else None
-
-    def sample(self) -> tuple[float | None, float | None]:
-        try:
-            watts = sum(self.hlml.hlmlDeviceGetPowerUsage(h) for h in self.handles) / 1e3
-        except self.hlml.HLMLError:
-            watts = None
-        try:
-            busy = [self.hlml.hlmlDeviceGetUtilizationRates(h) for h in self.handles]
-            utilization = sum(busy) / len(busy) / 100
-        except self.hlml.HLMLError:
-            utilization = None
-        return watts, utilization
-
-    def close(self) -> None:
-        with contextlib.suppress(self.hlml.HLMLError):
-            self.hlml.hlmlShutdown()
-
-
-def hlml_source(ranks: int, hlml: Any = None) -> HlmlSource:
-    """The AIPs through pyhlml; Unavailable says why not (not installed, no driver, no AIP)."""
-    if hlml is None:
-        try:
-            import pyhlml as hlml
-        except ImportError:
-            raise Unavailable("pyhlml is not installed") from None
-    try:
-        hlml.hlmlInit()
-    except Exception as error:  # noqa: BLE001 -- pyhlml raises its own errors and OSError (no libhlml)
-        raise Unavailable(f"pyhlml: {error}") from None
-    try:
-        handles = [hlml.hlmlDeviceGetHandleByIndex(i) for i in range(hlml.hlmlDeviceGetCount())]
-    except hlml.HLMLError as error:
-        hlml.hlmlShutdown()
-        raise Unavailable(f"pyhlml: {error}") from None
-    if not handles:
-        hlml.hlmlShutdown()
-        raise Unavailable("HLML lists no AIP")
-    return HlmlSource(hlml, handles, ranks)
-
-
-class HlSmiSource(Source):
-    """The AIPs hl-smi lists: power draw and utilization, a reading a second."""
-
-    name = "hl-smi"
-    interval_s = HL_SMI_INTERVAL_S
-    method = "sampled power, integrated"
-
-    def __init__(self, ranks: int) -> None:
-        count = len(self._rows())
-        if count == 0:
-            raise Unavailable("hl-smi lists no AIP")
-        self.of = f"{count} AIP(s) hl-smi lists"
-        # The readings are of every AIP hl-smi lists: they are the job's only when it used them all.
-        self.ranks = ranks if ranks == count else None
-        self.utilization_of = "AIP utilization (hl-smi)"
-
-    def _rows(self) -> list[list[float | None]]:
-        try:
-            done = subprocess.run(
-                ["hl-smi", "-Q", "power.draw,utilization.aip", "-f", "csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=HL_SMI_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise Unavailable(f"hl-smi: {error}") from None
-        if done.returncode != 0:
-            raise Unavailable(f"hl-smi -Q exited {done.returncode}")
-        rows = [
-            [_number(cell) for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()
-        ]
-        return [row for row in rows if len(row) == 2]
-
-    def sample(self) -> tuple[float | None, float | None]:
-        try:
-            rows = self._rows()
-        except Unavailable:
-            return None, None
-        watts = [w for w, _ in rows if w is not None]
-        busy = [u for _, u in rows if u is not None]
-        return (sum(watts) if watts else None), (sum(busy) / len(busy) / 100 if busy else None)
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().split()[0])
-    except (ValueError, IndexError):
-        return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _psutil() -> Any:
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return psutil
-
-
-def rapl_zones(powercap: Path = POWERCAP) -> list[Path]:
-    """The top-level RAPL zones (packages, psys): their subzones (cores, dram) are inside them."""
-    found = sorted(Path(p) for p in glob.glob(str(powercap / "intel-rapl:*")))
-    return [p for p in found if p.name.count(":") == 1]
-
-
-def rapl_source(ranks: int, powercap: Path = POWERCAP) -> RaplSource:
-    zones = rapl_zones(powercap)
-    if not zones:
-        why = "no RAPL counters" if powercap.is_dir() else f"no {powercap}"
-        raise Unavailable(f"{why} on this machine")
-    for zone in zones:
-        try:
-            int((zone / "energy_uj").read_text())
-            int((zone / "max_energy_range_uj").read_text())
-        except OSError as error:
-            raise Unavailable(f"{zone / 'energy_uj'} is not readable ({error.strerror or error})") from None
-        except ValueError:
-            raise Unavailable(f"{zone / 'energy_uj'} holds no counter") from None
-    return RaplSource(zones, ranks)
-
-
-def nvml_source(devices: list[int | str], nvml: Any = None) -> NvmlSource:
-    """The GPUs ``devices`` (NVML indices, or UUIDs as torch reports them) through NVML."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            raise Unavailable("nvidia-ml-py is not installed") from None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as error:
-        raise Unavailable(f"NVML: {error}") from None
-    try:
-        handles = [
-            nvml.nvmlDeviceGetHandleByUUID(d) if isinstance(d, str) else nvml.nvmlDeviceGetHandleByIndex(d)
-            for d in devices
-        ]
-        name = nvml.nvmlDeviceGetName(handles[0])
-    except nvml.NVMLError as error:
-        nvml.nvmlShutdown()
-        raise Unavailable(f"NVML: {error}") from None
-    name = name.decode() if isinstance(name, bytes) else name
-    return NvmlSource(nvml, handles, f"{len(handles)} x {name}")
+        with contextlib.suppress(self._error):
+            self._shutdown()
 
 
 def this_machine(device_type: str, local_ranks: int) -> Source:
-    """The source for this machine's accelerator (or CPU); Unavailable says why there is none."""
-    if device_type == "cuda":
-        import torch
-
-        devices: list[int | str] = []
-        for index in range(min(local_ranks, torch.cuda.device_count())):
-            uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-            # NVML's order is the PCI bus's, CUDA's need not be: the UUID names the same GPU for both.
-            devices.append(f"GPU-{uuid}" if uuid is not None else index)
-        return nvml_source(devices)
-    if device_type == "hpu":
-        try:
-            return hlml_source(local_ranks)
-        except Unavailable as why:
-            without = str(why)
-        if shutil.which("hl-smi") is None:
-            raise Unavailable(f"{without}, and no hl-smi on PATH")
-        source = HlSmiSource(local_ranks)
-        source.method = f"{source.method}, by hl-smi ({without})"
-        return source
-    return rapl_source(local_ranks)
+    """The source of this run's accelerator (its folder's ``energy_source``); Unavailable says why
+    there is none."""
+    try:
+        accelerator = vendor.this_accelerator(device_type)
+    except ImportError as error:
+        raise Unavailable(f"the accelerator's trainer code: {error}") from None
+    return accelerator.energy_source(local_ranks)
 
 
 # --- the sampler --------------------------------------------------------------------------------

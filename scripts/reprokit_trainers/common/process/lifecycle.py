@@ -15,6 +15,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from reprokit_trainers.common import vendor
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import precision
@@ -35,16 +36,22 @@ def quiet_notices(*messages: str) -> None:
 def require_accelerator(prog: str) -> None:
     """A cell planned for GPUs (run.sh says which: REPROKIT_ACCELERATOR) never trains on the CPU unseen,
     nor on fewer devices than its ranks: a process that sees no CUDA device, or a local rank beyond
-    what it sees, ends the trainer in one line."""
-    if os.environ.get("REPROKIT_ACCELERATOR") != "cuda":
+    what it sees, ends the trainer in one line. Which accelerators train through torch.cuda (CUDA's,
+    ROCm's over HIP) is their folder's TORCH_DEVICE; how their devices are made visible, MAKE_VISIBLE."""
+    named = os.environ.get("REPROKIT_ACCELERATOR", "")
+    try:
+        accelerator = vendor.load(named) if named else None
+    except ImportError:
+        accelerator = None  # an accelerator with no trainer code: nothing here says how it trains
+    if accelerator is None or getattr(accelerator, "TORCH_DEVICE", None) != "cuda":
         return
     import torch
 
     if not torch.cuda.is_available():
         raise config_error(
             prog,
-            "this cell was planned for cuda and this process sees no CUDA device: make the GPUs visible "
-            "(docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu",
+            f"this cell was planned for {named} and this process sees no CUDA device: make the GPUs visible "
+            f"({accelerator.MAKE_VISIBLE}) or plan it for --accelerator cpu",
         )
     local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
     if local >= count:
