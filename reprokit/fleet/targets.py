@@ -13,13 +13,12 @@ import subprocess
 from dataclasses import dataclass, field
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators
+from reprokit.plan import accelerators, listing
 
 NODE, DEVICE = "node", "device"
 # How a process is given one device alone, by the collective library the profile's devices speak
 # (NVIDIA's driver reads the first, Habana's the second): the variable a Slurm gres or a container
 # runtime sets for the same purpose.
-VISIBLE_DEVICES = {"nccl": "CUDA_VISIBLE_DEVICES", "hccl": "HABANA_VISIBLE_MODULES"}
 # A device's UUID on a listing line (`GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`).
 UUID = re.compile(r"UUID:\s*([^)\s]+)")
 # Slurm node names: what a cell id and a shell word can hold as they are.
@@ -77,16 +76,16 @@ def slurm_nodes(partition: str | None, nodelist: str | None) -> list[Target]:
 def devices(accelerator: str) -> list[Target]:
     """This machine's devices of `accelerator`, each alone, in the order its listing command prints
     them (the index the driver's visibility variable takes). A listing that cannot be made is the
-    planner's one-line error (accelerators.devices_here)."""
+    planner's one-line error (listing.devices_here)."""
     profile = accelerators.get(accelerator)
-    variable = VISIBLE_DEVICES.get(profile.slurm.distributed_backend or "")
+    variable = profile.devices.visible_env if profile.devices else None
     if profile.devices is None or variable is None:
         raise ReprokitError(
             f"--per-device: {accelerator} has no devices to run one at a time; give --accelerator with devices "
-            f"({', '.join(n for n, p in accelerators.profiles().items() if p.devices is not None)})"
+            f"({', '.join(n for n, p in accelerators.profiles().items() if p.devices and p.devices.visible_env)})"
         )
-    listed = accelerators.devices_here(accelerator)  # raises, in one line, where it cannot list
-    lines = accelerators.run_tool(profile.devices.command).stdout.splitlines()
+    listed = listing.devices_here(accelerator)  # raises, in one line, where it cannot list
+    lines = listing.run_tool(profile.devices.command).stdout.splitlines()
     found = [(line, m) for line in lines if (m := re.search(profile.devices.device, line))]
     targets = []
     for index, (line, match) in enumerate(found[: listed.count]):
@@ -94,6 +93,6 @@ def devices(accelerator: str) -> list[Target]:
         uuid = UUID.search(line)
         if uuid:
             identity["uuid"] = uuid.group(1)
-        targets.append(Target(DEVICE, f"{'gpu' if variable.startswith('CUDA') else 'hpu'}{index}", identity,
+        targets.append(Target(DEVICE, f"{'hpu' if profile.torch_device == 'hpu' else 'gpu'}{index}", identity,
                               {variable: str(index)}))  # fmt: skip
     return targets
