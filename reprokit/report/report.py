@@ -187,7 +187,7 @@ def _summary(r: Row) -> list[str]:
         f"{formats.number(r.measured_per_device)} {r.unit or ''}".strip()
         if r.measured_per_device is not None
         else "-",
-        formats.number(r.reference_per_device),
+        formats.published_per_device(r),
         formats.ratio(r.ratio_per_device),
         formats.speedup(r),
         formats.verdict_sentence(r),
