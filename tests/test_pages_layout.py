@@ -18,7 +18,7 @@ from reprokit.collect import machines
 from reprokit.contract import sessions
 from reprokit.judge.result_row import Row
 from reprokit.plan.request import Request
-from reprokit.report import formats, history, plots, report
+from reprokit.report import drawing, formats, history, report
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.fakes import FAKES, fake_recipe
@@ -324,7 +324,7 @@ def test_a_verdict_sentence_names_each_reason_once_and_the_publications_software
 def figures(monkeypatch):
     """Each figure the report draws, laid out as saved, with its text boxes and legends (pixels)."""
     drawn: list[dict] = []
-    original = plots.save
+    original = drawing.save
 
     def save(fig, session_dir, name):
         fig.tight_layout()
@@ -332,7 +332,7 @@ def figures(monkeypatch):
         drawn.append({"name": name, **_layout(fig)})
         return original(fig, session_dir, name)
 
-    monkeypatch.setattr(plots, "save", save)
+    monkeypatch.setattr(drawing, "save", save)
     return drawn
 
 
@@ -373,7 +373,7 @@ def _layout(fig) -> dict:
             ]
     titles = [t.get_text() for t in [fig._suptitle, *(ax.title for ax in fig.axes)] if t is not None]
     hatched = [p.get_hatch() for ax in fig.axes for p in ax.patches]
-    return {"overlaps": overlaps, "small": [(s, size) for s, size, _ in boxes if size < plots.FONT],
+    return {"overlaps": overlaps, "small": [(s, size) for s, size, _ in boxes if size < drawing.FONT],
             "covered": covered, "titles": titles, "hatched": hatched, "labels": [t for t, _, _ in boxes]}  # fmt: skip
 
 
@@ -407,7 +407,7 @@ def test_smoke_results_are_marked_in_every_plot_and_their_speedups_hatched_besid
     measured = [label for label in ladder["labels"] if re.fullmatch(r"\d+\.\d\dx smoke", label)]
     published_bars = [label for label in ladder["labels"] if re.fullmatch(r"\d+\.\d\dx", label)]
     assert measured and published_bars  # smoke speedups said so, beside the published ones
-    assert plots.UNJUDGED_HATCH in ladder["hatched"]
+    assert drawing.UNJUDGED_HATCH in ladder["hatched"]
 
 
 # ---------------------------------------------------------------------------------------------

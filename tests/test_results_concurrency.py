@@ -106,12 +106,12 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
 KILLED_WHILE_DRAWING = """
 import os, signal, sys
 from pathlib import Path
-from reprokit.report import plots, report
+from reprokit.report import drawing, report
 
 def dies(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's or a user's kill lands: no cleanup runs
 
-plots.save = dies
+drawing.save = dies
 report.write(Path(sys.argv[1]))
 """
 

@@ -23,8 +23,8 @@ from reprokit.contract.textsafe import line as one_line
 from reprokit.judge.result_row import Row
 from reprokit.report import page_blocks
 from reprokit.report.compare import untrusted
+from reprokit.report.drawing import DPI, Plot
 from reprokit.report.page_blocks import Block
-from reprokit.report.plots import DPI, Plot
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
@@ -121,13 +121,13 @@ def figure(cell_id: str, mine: list[Entry]) -> tuple[Any, int]:
     started (a date axis, so 5,000 sessions read as a line, and sessions on two machines interleave as
     they happened), from zero (a 2% step must not fill the height); returns the figure and how many
     series the legend leaves out."""
-    from reprokit.report.plots import matplotlib_safe
+    from reprokit.report.drawing import matplotlib_safe
 
     matplotlib_safe()  # a device or machine named `$\\foo{$` is a name, not math text
     from matplotlib import dates
     from matplotlib.figure import Figure
 
-    from reprokit.report.plots import FONT, TITLE_FONT, titled, unjudged_scale
+    from reprokit.report.drawing import FONT, TITLE_FONT, titled, unjudged_scale
 
     series = sorted(_series(mine).items(), key=lambda kv: -len(kv[1]))
     named = min(len(series), LEGEND_SERIES)
@@ -197,7 +197,7 @@ def error_bar(e: Entry) -> float | None:
 
 def plots(table: list[Entry], folder: Path) -> list[Plot]:
     """Per cell, its per-device figure session after session, as PNG files in `folder`."""
-    from reprokit.report.plots import slug
+    from reprokit.report.drawing import slug
 
     drawn = []
     for cell_id in dict.fromkeys(e.row.cell_id for e in table):
