@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from reprokit.collect import collect
+from reprokit.collect import run_row
 from reprokit.judge import verdicts
 from reprokit.judge.result_row import Row
 from reprokit.plan import cells, recipes
@@ -37,7 +37,7 @@ def _row(tmp_path: Path, device_name: str) -> Row:
     throughput = {"after_warmup": {"value": 720.0}, "whole_run": {"value": 640.0}}
     summary = complete(world_size=8, software=dict(cell.software), throughput=throughput)
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    return collect.row(run_dir)
+    return run_row.row(run_dir)
 
 
 def _terminal(row: Row) -> str:
