@@ -179,6 +179,7 @@ def compare(
     session that cannot be read, single runs gated without --noise). Under `inv`, invoke's own parse
     errors (an unknown flag) exit 1: a CI job runs `reprokit compare`."""
     from reprokit.report import compare as comparing
+    from reprokit.report import compare_view, gate
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
     given = [Path(a), Path(b)]
@@ -194,13 +195,13 @@ def compare(
         first, second, found = comparing.compare(folder, a, b, fraction, band, skipped, judge_departed)
     finally:
         say_skipped(skipped)
-    gated = None if limit is None else comparing.gate(found, limit, band, skip_unjudged)
+    gated = None if limit is None else gate.gate(found, limit, band, skip_unjudged)
     if json_:
         from reprokit import schemas
 
-        print(schemas.dumps("compare", comparing.to_json(first, second, found, fraction, band, gated)))
+        print(schemas.dumps("compare", compare_view.to_json(first, second, found, fraction, band, gated)))
     else:
-        comparing.print_table(first, second, found)
+        compare_view.print_table(first, second, found)
     if gated is None:
         return
     if not gated.passed:

@@ -22,9 +22,9 @@ from reprokit.contract.textsafe import NAME, short
 from reprokit.contract.textsafe import line as one_line
 from reprokit.judge.result_row import Row
 from reprokit.report import page_blocks
-from reprokit.report.compare import untrusted
 from reprokit.report.drawing import DPI, Plot
 from reprokit.report.page_blocks import Block
+from reprokit.report.trust import untrusted
 
 COLUMNS = ("session", "started_at", "cell_id", "device_name", "machine", "measured_per_device", "spread",
            "repeats", "definition", "unit", "verdict", "image_id", "kit_revision")  # fmt: skip
