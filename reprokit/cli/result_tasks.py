@@ -227,12 +227,12 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
     numbers, tagged reprokit.kept with why."""
     if to != "mlflow":
         raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
-    from reprokit.report import export_mlflow
+    from reprokit.report import export_mlflow, mlflow_store
 
     # Before anything is read: one line naming the stores that work, or how to install the extra.
     if tracking_uri:
-        export_mlflow.check_uri(tracking_uri)
-    export_mlflow.check_extra(tracking_uri)
+        mlflow_store.check_uri(tracking_uri)
+    mlflow_store.check_extra(tracking_uri)
     done = export_mlflow.export(_session(session, results), tracking_uri)
     say_skipped(done.skipped, done.table)
     notes = []
