@@ -122,18 +122,19 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
     """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
     results folder."""
     from reprokit.report import history as over_time
+    from reprokit.report import history_tables
 
     folder = _results(results)
     found = over_time.read(folder, None if recipe == "all" else recipe, cell, device)
     if json_:
         from reprokit import schemas
 
-        print(schemas.dumps("history", over_time.to_json(folder, found)))
+        print(schemas.dumps("history", history_tables.to_json(folder, found)))
         return
     say_skipped(found.skipped)
     if not found.rows:
         raise ReprokitError(f"no completed cell under {folder} matches (sessions: {found.sessions})")
-    over_time.print_table(found.rows)
+    history_tables.print_table(found.rows)
     try:
         print(line(over_time.write(folder, found.rows)))
     except OSError as exc:
