@@ -18,19 +18,11 @@ from reprokit_trainers.common.record import software
 from reprokit_trainers.volo import run_volo as trainer
 from reprokit_trainers.volo import tokenlabel
 
+from . import plan
 from .fakedevice import FakeDevice, estimate, trainable_bytes
 from .plan import Prepared, economy_note, shrink_image_data
 
-HOST_ONLY = (
-    "dataloader_num_workers",
-    "logging_steps",
-    "throughput_warmup_steps",
-    "max_steps",
-    "synthetic_num_train",
-    "synthetic_pool_size",
-    "seed",
-    "save_checkpoint",
-)
+HOST_ONLY = (*plan.IMAGE_HOST_ONLY, "save_checkpoint")
 CPU = torch.device("cpu")
 
 
