@@ -76,10 +76,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     )
     images = normalize(images)
     targets = tokenlabel.build_token_targets(
-        raw["label_map"],
-        raw["crop_box"],
-        raw["flipped"],
-        raw["labels"],
+        *tokenlabel.batch_maps(raw),
         model_args.num_classes,
         label_size,
         train_args.smoothing,
