@@ -3,7 +3,7 @@
 Each cell is the recipe's own (`inv show RECIPE --accelerator cuda --scale published`), run on one
 device by the kit's local runtime, with the changes a benchmark needs and nothing else: a fixed
 number of steps, random weights and synthetic data of the real shapes (no hub here), no
-evaluation. Each row is the kit's own results row (collect.row, verdicts.judge): the published
+evaluation. Each row is the kit's own results row (run_row.row, verdicts.judge): the published
 figure of the device that ran, under that figure's definition, per device. Shortened runs on
 synthetic data are `not comparable` by the kit's own rules; the numbers are shown beside each other.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.barenode import slices
-from reprokit.collect import collect
+from reprokit.collect import run_row
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.report import formats
 from reprokit.run import supervise
@@ -118,7 +118,7 @@ def _counted(model: str, *key: Any) -> float:
 def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
     """The kit's results row of the cell (the device that ran picks its reference), and what a bench
     table shows besides: the steady-state rate and the FLOPs."""
-    found = collect.row(run_dir)
+    found = run_row.row(run_dir)
     return {
         "cell": cell.cell_id,
         "status": found.status,

@@ -115,10 +115,10 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     text = profile.lock_file.read_text()
     hashes = None
     if "--hash=" in text:
-        from reprokit.images import pins
+        from reprokit.images import locks, pins
 
-        hashes = pins.locked_hashes({pins.normalize(name): version}, profile.base_manifest)[
-            pins.normalize(name)
+        hashes = pins.locked_hashes({locks.normalize(name): version}, profile.base_manifest)[
+            locks.normalize(name)
         ]
     with tempfile.TemporaryDirectory(prefix="reprokit-lock-") as tmp:
         folder = shutil.copytree(profile.folder, Path(tmp) / profile.name)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from reprokit.barenode import wheels
+from reprokit.barenode.node import canonical, load_node
 
 # Installed from PyPI at the node's versions instead of linked (the kit's environment holds the kit's).
 FROM_PYPI = ("transformers", "tokenizers", "huggingface-hub")
@@ -33,7 +33,7 @@ def _closure(roots: list[str], lacks: set[str]) -> list[metadata.Distribution]:
     found: dict[str, metadata.Distribution] = {}
     todo = list(roots)
     while todo:
-        name = wheels.canonical(todo.pop())
+        name = canonical(todo.pop())
         if name in found or name in lacks or name in FROM_PYPI:
             continue
         try:
@@ -62,8 +62,8 @@ def _top_levels(dist: metadata.Distribution) -> set[str]:
 
 def make(venv: Path) -> Path:
     """The stand-in node's python (venv/bin/python)."""
-    node = wheels.load_node()
-    lacks = {wheels.canonical(n) for n in node.lacks}
+    node = load_node()
+    lacks = {canonical(n) for n in node.lacks}
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(
@@ -91,7 +91,7 @@ def make(venv: Path) -> Path:
     # What the newer packages' requirements brought that the node lacks (typer's pydantic): removed.
     for entry in list(site.iterdir()):
         match = re.match(r"(.+?)-\d[^-]*\.dist-info$", entry.name)
-        if match and wheels.canonical(match.group(1)) in lacks and not entry.is_symlink():
+        if match and canonical(match.group(1)) in lacks and not entry.is_symlink():
             subprocess.run(
                 [str(python), "-m", "pip", "uninstall", "--quiet", "-y", match.group(1)],
                 check=True, capture_output=True,

@@ -96,9 +96,9 @@ def test_an_export_without_the_mlflow_extra_is_one_line_saying_how_to_install_it
     # every module of it this process has loaded cannot be imported. MLflow is imported whole first: first
     # imported with sqlalchemy hidden, it registers no SQL store for the rest of this process (the next
     # export on this worker was refused `unsupported URI 'sqlite:...'`).
-    from reprokit.report import export_mlflow
+    from reprokit.report import mlflow_store
 
-    for module in (*export_mlflow.CLIENT_MODULES, *export_mlflow.DATABASE_MODULES, "mlflow.store.db.utils"):
+    for module in (*mlflow_store.CLIENT_MODULES, *mlflow_store.DATABASE_MODULES, "mlflow.store.db.utils"):
         pytest.importorskip(module)
     for module in [name for name in sys.modules if name.split(".")[0] == hidden] or [hidden]:
         monkeypatch.setitem(sys.modules, module, None)
@@ -133,9 +133,9 @@ def test_an_export_to_a_server_that_never_answers_stops_at_its_time_limit_in_one
     one_session, monkeypatch
 ):
     pytest.importorskip("mlflow")
-    from reprokit.report import export_mlflow
+    from reprokit.report import mlflow_store
 
-    monkeypatch.setattr(export_mlflow, "REACH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(mlflow_store, "REACH_TIMEOUT_S", 0.5)
     with socket.socket() as silent:  # the kernel accepts the connection; nothing ever reads or answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.collect import collect
+from reprokit.collect import collect, run_row
 from reprokit.contract import records
 from reprokit.judge import verdicts
 from reprokit.plan import cells, recipes
@@ -45,13 +45,13 @@ def _measured(after: float, whole: float, gaudi: float | None = None) -> dict:
 def test_a_cuda_cell_is_judged_by_the_whole_run_figure_against_the_h100_and_a100_references(tmp_path):
     # workers2 on one H100: published 602.1 on 8 (whole run, warm-up included) = 75.26 per device.
     cell = _cuda_cell("workers2")
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=74.0)))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=74.0)))
     assert row.device == "h100" and row.definition == "whole_run"
     assert row.measured == 74.0 and row.reference_per_device == pytest.approx(602.1 / 8)
     assert row.verdict == "reproduced" and row.ratio_per_device == pytest.approx(74.0 / (602.1 / 8))
     # The after-warm-up figure, 20% higher, is shown beside it but is not what is judged.
     assert row.measured_after_warmup == 90.0 and row.measured_whole_run == 74.0
-    a100 = collect.row(
+    a100 = run_row.row(
         _run_dir(tmp_path / "a", cell, "NVIDIA A100-SXM4-80GB", _measured(after=60.0, whole=43.0))
     )
     assert (a100.device, a100.reference_per_device) == ("a100-80gb", pytest.approx(345.4 / 8))
@@ -62,7 +62,7 @@ def test_gaudi2_figures_are_judged_by_gaudi_trainers_own_formula(tmp_path):
     cell = cells.expand(
         recipes.load("bridgetower"), "bridgetower", "gaudi2", "published", ["workers0"], devices=8
     )[0]
-    row = collect.row(
+    row = run_row.row(
         _run_dir(tmp_path, cell, "GAUDI2", _measured(after=640.0, whole=450.0, gaudi=600.0), world=8)
     )
     assert row.definition == "gaudi_trainer" and row.measured == 600.0
@@ -77,7 +77,7 @@ def test_a_published_scale_cell_on_synthetic_data_is_not_comparable(tmp_path):
     cell = _cuda_cell("workers2")
     departures = _departures(("synthetic data", "throughput"), ("random weights", "quality"))
     summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert (row.verdict, row.verdict_reasons) == ("not comparable", "synthetic data")
     assert row.quality_departures == "random weights"
     assert row.ratio_per_device is None and row.measured == 74.0  # the number stays, unjudged
@@ -88,7 +88,7 @@ def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it
     cell = _cuda_cell("workers2")
     departures = _departures(("random weights", "quality"), ("offline tokenizer", "quality"))
     summary = {**_measured(after=90.0, whole=74.0), "schema_version": 3, "departures": departures}
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert row.verdict in ("reproduced", "faster", "slower") and row.verdict_reasons is None
     assert row.ratio_per_device is not None
     assert formats.verdict(row) == f"{row.verdict}; quality only: random weights; offline tokenizer"
@@ -97,7 +97,7 @@ def test_random_weights_alone_leave_the_verdict_standing_and_are_shown_beside_it
 def test_a_schema_two_departure_has_no_kind_and_still_blocks_the_verdict(tmp_path):
     cell = _cuda_cell("workers2")
     summary = {**_measured(after=90.0, whole=74.0), "schema_version": 2, "departures": ["random weights"]}
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert (row.verdict, row.verdict_reasons) == ("not comparable", "random weights")
 
 
@@ -108,7 +108,7 @@ def test_a_summary_from_the_kits_first_version_is_not_judged(tmp_path):
     (run_dir / "summary.json").write_text(
         json.dumps({"status": "ok", "samples_per_second": 90.0, "train_samples_per_second": 74.0})
     )
-    row = collect.row(run_dir)
+    row = run_row.row(run_dir)
     assert row.verdict == "not comparable" and row.measured is None
     assert row.verdict_reasons.startswith("written by a kit before summary schema 2")
 
@@ -118,14 +118,14 @@ def test_a_mediapipe_variant_whose_loader_fell_back_is_not_comparable(tmp_path):
         recipes.load("bridgetower"), "bridgetower", "gaudi2", "published", ["workers2-mediapipe"], devices=8
     )[0]
     summary = {**_measured(after=900.0, whole=700.0, gaudi=850.0), "mediapipe": False}
-    row = collect.row(_run_dir(tmp_path, cell, "GAUDI2", summary, world=8))
+    row = run_row.row(_run_dir(tmp_path, cell, "GAUDI2", summary, world=8))
     assert row.verdict == "not comparable"
     assert row.verdict_reasons == "mediapipe not in effect (asked True, ran False)"
 
 
 def test_a_shortened_run_is_not_judged_by_a_whole_run_figure(tmp_path):
     cell = _cuda_cell("workers2", max_steps=40)
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=60.0)))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(after=90.0, whole=60.0)))
     assert row.verdict == "not comparable"
     assert "shortened run (max_steps 40)" in row.verdict_reasons
 
@@ -133,7 +133,7 @@ def test_a_shortened_run_is_not_judged_by_a_whole_run_figure(tmp_path):
 def test_a_run_that_did_not_record_the_references_definition_is_not_judged(tmp_path):
     cell = _cuda_cell("workers2")
     summary = {"throughput": {"after_warmup": {"value": 90.0}}, "samples_per_second": 90.0}
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert row.verdict == "not comparable" and row.verdict_reasons == "the run recorded no whole_run figure"
 
 
@@ -200,7 +200,7 @@ def test_a_published_cell_that_ran_other_kernels_than_its_publication_is_not_com
     cell = _cell_of(_with_software(tmp_path, {"optimizer": "adamw-per-tensor", "tf32": "off"}), "workers2")
     assert cell.software == {"optimizer": "adamw-per-tensor", "tf32": "off"}
     summary = {**_measured(after=90.0, whole=74.0), "software": {"optimizer": "adamw-foreach"}}
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert row.verdict == "not comparable"
     assert (
         row.verdict_reasons
@@ -214,7 +214,7 @@ def test_a_published_cell_that_ran_its_publications_kernels_is_judged(tmp_path):
         **_measured(after=90.0, whole=74.0),
         "software": {"optimizer": "adamw-per-tensor", "tf32": "on"},
     }
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", summary))
     assert row.verdict in ("reproduced", "faster", "slower") and row.software["tf32"] == "on"
 
 
@@ -341,12 +341,12 @@ def test_the_report_prints_the_publications_stack_beside_the_one_the_cells_ran(t
     (run_dir / "sysinfo.json").write_text(
         json.dumps({"device_name": "NVIDIA H100 80GB HBM3", "world_size": 8, "versions": versions})
     )
-    table = {name: ran for name, _, ran in software_stacks.stack_table([collect.row(run_dir)])[1]}
+    table = {name: ran for name, _, ran in software_stacks.stack_table([run_row.row(run_dir)])[1]}
     # What the run recorded, matched by name; the GPU is the device; a product by the package that carries it.
     assert table["torch"] == "2.14.1" and table["timm"] == "1.0.15"
     assert table["gpu"] == "NVIDIA H100 80GB HBM3" and table["dali"] == "not installed"
     assert table["apex"] == "-"  # the trainers do not record Apex: nothing is claimed
-    page = page_blocks.markdown(software_stacks.blocks([collect.row(run_dir)]))
+    page = page_blocks.markdown(software_stacks.blocks([run_row.row(run_dir)]))
     assert "| timm | 0.4.5 (sail-sg/volo README, TokenLabeling requirements.txt) | 1.0.15 |" in page
 
 
@@ -354,5 +354,5 @@ def test_a_recipe_without_a_published_stack_adds_nothing_to_the_report(tmp_path,
     from reprokit.report import software_stacks
 
     cell = _cell_of(recipe_file(drop=("published_software",)), "workers2")
-    row = collect.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(90.0, 74.0)))
+    row = run_row.row(_run_dir(tmp_path, cell, "NVIDIA H100 80GB HBM3", _measured(90.0, 74.0)))
     assert row.published_stack == {} and software_stacks.blocks([row]) == []

@@ -125,10 +125,7 @@ def test_token_labels_are_cropped_and_flipped_with_their_images(tmp_path):
     for _ in range(3):  # three epochs of twelve images: new crops and flips each time
         for batch in loader:
             targets = tokenlabel.build_token_targets(
-                batch["label_map"],
-                batch["crop_box"],
-                batch["flipped"],
-                batch["labels"],
+                *tokenlabel.batch_maps(batch),
                 num_classes,
                 tokens,
                 0.0,

@@ -27,8 +27,9 @@ from rich.console import Console
 from reprokit import __version__, images
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import kit_revision
-from reprokit.images import buildkit, pins
-from reprokit.images.build import BUILD_DIR, _stream_build, failure, plan_build
+from reprokit.images import buildkit, locks, pins
+from reprokit.images.build import BUILD_DIR, plan_build
+from reprokit.images.buildlog import failure, stream_build
 from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.run import supervise
@@ -462,7 +463,7 @@ def test_pip_in_the_image_refuses_a_pin_without_a_hash(engine, cpu_image, builde
     with serve_directory(cpu_image["wheels"]) as url:
         plan = plan_build(profile, BASE_IMAGE, url, None, None, True, chosen)
         framework = [
-            f"{p.name}=={p.version}" for p in pins.parse_lock(plan.sent["lock-framework.txt"].decode())
+            f"{p.name}=={p.version}" for p in locks.parse_lock(plan.sent["lock-framework.txt"].decode())
         ]
         # The framework's slice edited down to its smallest pin, its hash taken off: pip downloads and
         # hashes every file of a lock before it names the pins without one (the whole slice: 3 GB).
@@ -470,7 +471,7 @@ def test_pip_in_the_image_refuses_a_pin_without_a_hash(engine, cpu_image, builde
         plan.sent["lock-framework.txt"] = f"{unhashed}\n".encode()
         plan.tag = "reprokit/cpu:unhashed-pin"
         with pytest.raises(ReprokitError) as caught:
-            _stream_build(engine, plan, BUILD_DIR / "cpu-unhashed.log", Console(stderr=True, highlight=False))
+            stream_build(engine, plan, BUILD_DIR / "cpu-unhashed.log", Console(stderr=True, highlight=False))
     assert f"pip refused pins without a hash ({unhashed}" in str(caught.value)
     assert images.image_info(plan.tag, engine) is None
 
@@ -495,7 +496,7 @@ def test_a_changed_pin_outside_the_framework_reuses_its_layer_and_fetches_only_w
             tags.append(result.tag)
             wheels = [(path.lstrip("/"), size) for path, size in result.served if path.endswith(".whl")]
             fetched = {wheel for wheel, size in wheels if size > 0}
-            assert not {w for w in fetched if pins.FRAMEWORK.match(str(parse_wheel_filename(w)[0]))}
+            assert not {w for w in fetched if locks.FRAMEWORK.match(str(parse_wheel_filename(w)[0]))}
             now = engine.images.get(result.tag).attrs["RootFS"]["Layers"]
             # The base's layers, the frozen base constraints, the framework's slice and its install: shared.
             shared = len(engine.images.get(BASE_IMAGE).attrs["RootFS"]["Layers"]) + 3
@@ -504,8 +505,8 @@ def test_a_changed_pin_outside_the_framework_reuses_its_layer_and_fetches_only_w
             if not builder.buildkit:
                 break  # no cache mount: every build fetches the rest of the lock
             # Every wheel of the rest of the lock was asked for.
-            assert len(wheels) == len(pins.read_lock(profile.lock_file)) - len(
-                pins.framework_pins(profile.lock_file.read_text())
+            assert len(wheels) == len(locks.read_lock(profile.lock_file)) - len(
+                locks.framework_pins(profile.lock_file.read_text())
             )
             if fetched <= {f"idna-{version}-py3-none-any.whl"}:
                 break  # only the new one was fetched (or none: an earlier run had it in the cache)

@@ -246,7 +246,7 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
     from matplotlib.dates import ConciseDateFormatter
 
     from reprokit.judge.result_row import Row
-    from reprokit.report import history
+    from reprokit.report import history, history_plots
 
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     table = [
@@ -254,7 +254,7 @@ def test_the_history_plot_puts_sessions_on_a_time_axis_whatever_their_host():
                       Row(cell_id="c", unit="img/s", device_name="H100", measured_per_device=100.0 + i))
         for i in range(1, 9)
     ]  # fmt: skip
-    fig, unnamed = history.figure("c", table)
+    fig, unnamed = history_plots.figure("c", table)
     ax = fig.axes[0]
     points = sorted((x, y) for line in ax.get_lines() for x, y in zip(line.get_xdata(orig=False), line.get_ydata(),
                                                                        strict=True))  # fmt: skip
@@ -269,7 +269,7 @@ def test_a_history_plot_says_error_bars_only_under_a_plot_that_draws_them(tmp_pa
     """Single runs have no spread to draw: their plot says nothing of error bars; a cell run three times
     with a spread has its bars and the note, once."""
     from reprokit.judge.result_row import Row
-    from reprokit.report import history
+    from reprokit.report import history, history_plots
 
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     runs = [{"status": "ok", "measured": value} for value in (90.0, 100.0, 110.0)]
@@ -282,9 +282,9 @@ def test_a_history_plot_says_error_bars_only_under_a_plot_that_draws_them(tmp_pa
         for i in range(3)
         for cell, extra in (("fake--once", {}), ("fake--thrice", repeated))
     ]  # fmt: skip
-    captions = {plot.recipe: plot.caption for plot in history.plots(table, tmp_path)}
+    captions = {plot.recipe: plot.caption for plot in history_plots.plots(table, tmp_path)}
     assert captions == {"fake--once": "", "fake--thrice": "Error bars: the spread of repeated runs."}
-    bars = {cell: history.figure(cell, [e for e in table if e.row.cell_id == cell])[0].axes[0].collections
+    bars = {cell: history_plots.figure(cell, [e for e in table if e.row.cell_id == cell])[0].axes[0].collections
             for cell in captions}  # fmt: skip
     assert not bars["fake--once"] and bars["fake--thrice"]
     page = history.write(tmp_path, table).read_text()

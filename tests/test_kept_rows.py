@@ -16,7 +16,7 @@ from invoke import Context, Exit
 
 from reprokit.cli import result_tasks
 from reprokit.collect import collect
-from reprokit.report import history
+from reprokit.report import history, history_tables
 from tests.fakes.sessions import CELLS, FIXTURE, edit_json, write_session
 from tests.fixtures.make_results_session import collected
 
@@ -61,7 +61,7 @@ def test_a_report_of_a_session_without_its_runs_keeps_the_measured_rows(results,
     # history still finds the session, and its JSON says which rows were kept.
     found = history.read(results)
     assert [e.row.measured for e in found.rows] == [43.0, 74.0] and found.skipped == []
-    assert {r["kept"] for r in history.to_json(results, found)["rows"]} == {f"runs/ is gone: {KEPT}"}
+    assert {r["kept"] for r in history_tables.to_json(results, found)["rows"]} == {f"runs/ is gone: {KEPT}"}
     # The run directories back: read again, nothing kept.
     shutil.copytree(FIXTURE / "runs" / CELLS[0], session / "runs" / CELLS[0])
     shutil.copytree(FIXTURE / "runs" / CELLS[1], session / "runs" / CELLS[1])

@@ -18,7 +18,7 @@ from reprokit.collect import machines
 from reprokit.contract import sessions
 from reprokit.judge.result_row import Row
 from reprokit.plan.request import Request
-from reprokit.report import formats, history, plots, report
+from reprokit.report import drawing, formats, history, history_plots, report
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.fakes import FAKES, fake_recipe
@@ -324,7 +324,7 @@ def test_a_verdict_sentence_names_each_reason_once_and_the_publications_software
 def figures(monkeypatch):
     """Each figure the report draws, laid out as saved, with its text boxes and legends (pixels)."""
     drawn: list[dict] = []
-    original = plots.save
+    original = drawing.save
 
     def save(fig, session_dir, name):
         fig.tight_layout()
@@ -332,7 +332,7 @@ def figures(monkeypatch):
         drawn.append({"name": name, **_layout(fig)})
         return original(fig, session_dir, name)
 
-    monkeypatch.setattr(plots, "save", save)
+    monkeypatch.setattr(drawing, "save", save)
     return drawn
 
 
@@ -373,7 +373,7 @@ def _layout(fig) -> dict:
             ]
     titles = [t.get_text() for t in [fig._suptitle, *(ax.title for ax in fig.axes)] if t is not None]
     hatched = [p.get_hatch() for ax in fig.axes for p in ax.patches]
-    return {"overlaps": overlaps, "small": [(s, size) for s, size, _ in boxes if size < plots.FONT],
+    return {"overlaps": overlaps, "small": [(s, size) for s, size, _ in boxes if size < drawing.FONT],
             "covered": covered, "titles": titles, "hatched": hatched, "labels": [t for t, _, _ in boxes]}  # fmt: skip
 
 
@@ -407,7 +407,7 @@ def test_smoke_results_are_marked_in_every_plot_and_their_speedups_hatched_besid
     measured = [label for label in ladder["labels"] if re.fullmatch(r"\d+\.\d\dx smoke", label)]
     published_bars = [label for label in ladder["labels"] if re.fullmatch(r"\d+\.\d\dx", label)]
     assert measured and published_bars  # smoke speedups said so, beside the published ones
-    assert plots.UNJUDGED_HATCH in ladder["hatched"]
+    assert drawing.UNJUDGED_HATCH in ladder["hatched"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ def test_the_history_draws_a_line_per_machine_not_a_point_per_container():
     ]  # fmt: skip
     recorded = [{"hostname": f"{i:012x}", "machine": name} for i, name in enumerate(["dgx-01", "dgx-02"] * 3)]
     table = [_entry(i, i, fields, 100.0 + i) for i, fields in enumerate(legacy + recorded)]
-    fig, unnamed = history.figure("vit-speedups--baseline", table)
+    fig, unnamed = history_plots.figure("vit-speedups--baseline", table)
     assert isinstance(fig, Figure) and unnamed == 0
     series = _series(fig)
     assert sorted(series) == [
@@ -459,7 +459,7 @@ def test_the_history_draws_a_line_per_machine_not_a_point_per_container():
 def test_a_smoke_session_in_the_history_is_a_line_of_its_own_and_says_so():
     fields = {"machine": "dgx-01"}
     table = [_entry(i, i, fields, 100.0 + i, "smoke" if i % 2 else "published") for i in range(6)]
-    series = _series(history.figure("vit-speedups--baseline", table)[0])
+    series = _series(history_plots.figure("vit-speedups--baseline", table)[0])
     assert sorted(series) == [
         "NVIDIA H100 80GB HBM3 on dgx-01",
         "NVIDIA H100 80GB HBM3 on dgx-01 (smoke scale)",
@@ -483,7 +483,7 @@ def test_the_history_time_axis_labels_each_tick_whole_and_apart(step, label):
                       Row(cell_id="c", unit="img/s", device_name="cpu", measured_per_device=54.2 + i % 2 * 1.2))
         for i in range(8)
     ]  # fmt: skip
-    fig, _ = history.figure("c", table)
+    fig, _ = history_plots.figure("c", table)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig).draw()  # as savefig lays it out
@@ -497,7 +497,7 @@ def test_the_history_time_axis_labels_each_tick_whole_and_apart(step, label):
 
 def test_the_history_y_axis_starts_at_zero_so_a_two_percent_step_looks_like_one():
     table = [_entry(i, i, {"machine": "dgx-01"}, 54.2 if i < 4 else 55.4) for i in range(8)]
-    fig, _ = history.figure("vit-speedups--baseline", table)
+    fig, _ = history_plots.figure("vit-speedups--baseline", table)
     low, high = fig.axes[0].get_ylim()
     assert low == 0 and 55.4 < high < 55.4 * 1.2
 

@@ -14,7 +14,7 @@ import tomllib
 from reprokit import images
 from reprokit.cli import image_tasks
 from reprokit.contract.errors import ReprokitError
-from reprokit.images import pins
+from reprokit.images import locks, pins
 from reprokit.plan import accelerators
 from tests.conftest import ROOT
 
@@ -23,7 +23,7 @@ PROFILES = tuple(accelerators.profiles())
 
 
 def _name(pin: str) -> str:
-    return pins.normalize(re.split(r"[=<>!~]", pin, maxsplit=1)[0])
+    return locks.normalize(re.split(r"[=<>!~]", pin, maxsplit=1)[0])
 
 
 @pytest.mark.slow
@@ -34,19 +34,19 @@ def test_each_profile_resolves_on_its_base_to_exactly_its_lock_with_every_files_
     found = pins.resolve(profile, lock=profile.lock_file)
     assert found.ok, found.error
     assert found.problems(base) == []
-    assert found.install == pins.read_lock(profile.lock_file), (
+    assert found.install == locks.read_lock(profile.lock_file), (
         f"rewrite with `inv pins --accelerator {name} --write`"
     )
-    assert set(found.replaced) <= {pins.normalize(n) for n in base.may_replace}
+    assert set(found.replaced) <= {locks.normalize(n) for n in base.may_replace}
     if "torch" in base.ships:
         assert not {"torch", "torchvision", "numpy", "pillow"} & set(found.install)
     # The hashes are those the index lists for the base's Python and platform, and the file pip chose
     # for the base is among them (pip's choice inside the image is one of them).
     listed = pins.locked_hashes(found.install, base)
-    assert pins.read_hashes(profile.lock_file) == listed
+    assert locks.read_hashes(profile.lock_file) == listed
     assert found.chosen.keys() == found.install.keys()
     assert all(digest in listed[n] for n, digest in found.chosen.items())
-    assert pins.lock_problems(profile) == []
+    assert locks.lock_problems(profile) == []
 
 
 def test_the_platforms_are_pips_order_of_preference_and_none_newer_than_the_bases_glibc():
@@ -88,7 +88,7 @@ def test_a_lock_reads_as_pip_reads_it():
         "    --hash sha256:" + "c" * 64 + "  # a comment\n"
         "idna==3.20\n"
     )
-    found = pins.parse_lock(text)
+    found = locks.parse_lock(text)
     assert [(p.name, p.version, len(p.hashes), p.line) for p in found] == [
         ("torch", "2.14.1", 2, 2),
         ("jinja2", "3.1.6", 1, 4),
@@ -120,7 +120,7 @@ def test_a_pin_without_a_hash_is_refused_before_any_build_in_one_line(tmp_path, 
 
 def test_a_lock_that_no_longer_pins_a_profile_requirement_is_refused(tmp_path, monkeypatch):
     profile = _lock_copy(tmp_path, monkeypatch, lambda t: t.replace("\ntimm==1.0.15 ", "\ntimm==1.0.14 "))
-    assert pins.lock_problems(profile) == [
+    assert locks.lock_problems(profile) == [
         f"{profile.lock_file} does not pin timm==1.0.15 of cpu/profile.yaml"
     ]
 
@@ -131,23 +131,23 @@ def test_inv_pins_check_names_the_pins_whose_hashes_the_index_does_not_list(tmp_
         monkeypatch,
         lambda t: re.sub(r"^(idna==\S+) .*$", r"\1 --hash=sha256:" + "0" * 64, t, flags=re.M),
     )
-    listed = pins.read_hashes(accelerators.get("cpu").lock_file) | {"idna": ["ab" * 32]}
-    install = pins.read_lock(profile.lock_file)
+    listed = locks.read_hashes(accelerators.get("cpu").lock_file) | {"idna": ["ab" * 32]}
+    install = locks.read_lock(profile.lock_file)
     with pytest.raises(
         ReprokitError, match=r"the hashes of idna==3.20 are not the files https://pypi.org/simple lists"
     ):
         image_tasks._check_lock(profile, install, listed, "https://pypi.org/simple")
-    image_tasks._check_lock(profile, install, pins.read_hashes(profile.lock_file), "https://pypi.org/simple")
+    image_tasks._check_lock(profile, install, locks.read_hashes(profile.lock_file), "https://pypi.org/simple")
 
 
 def test_the_framework_layer_is_torch_and_its_gpu_stack_and_only_where_the_profile_brings_it():
     text = accelerators.get("cpu").lock_file.read_text()
-    names = {pins.normalize(line.split("==")[0]) for line in pins.framework_pins(text)}
+    names = {locks.normalize(line.split("==")[0]) for line in locks.framework_pins(text)}
     assert {"torch", "torchvision", "triton", "nvidia-cublas", "cuda-toolkit"} <= names
     assert not {"nvidia-ml-py", "numpy", "pillow", "transformers"} & names
-    assert all(pins.FRAMEWORK.match(n) for n in names)
+    assert all(locks.FRAMEWORK.match(n) for n in names)
     for name in ("cuda", "gaudi2"):  # their bases ship the framework
-        assert pins.framework_pins(accelerators.get(name).lock_file.read_text()) == []
+        assert locks.framework_pins(accelerators.get(name).lock_file.read_text()) == []
 
 
 @pytest.mark.slow
@@ -176,7 +176,7 @@ def test_profiles_differ_from_the_train_extra_only_where_they_say_why():
     extra = {_name(pin): pin for pin in train}
     for profile in accelerators.profiles().values():
         mine = {_name(pin): pin for pin in profile.requirements}
-        declared = {pins.normalize(n) for n in profile.differences}
+        declared = {locks.normalize(n) for n in profile.differences}
         undeclared = [p for n, p in extra.items() if mine.get(n) != p and n not in declared]
         assert not undeclared, f"{profile.name}: {undeclared} differ from the train extra without a reason"
         # A declared difference is real: the profile pins it otherwise, or leaves it to the base.

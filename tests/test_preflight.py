@@ -303,14 +303,37 @@ def test_a_device_no_recipe_names_has_no_figure_even_where_a_ladder_publishes_ra
     ]  # fmt: skip
     answers = table(result)
     assert not [cell for cell, (_, because) in answers.items() if because.startswith("against")]
+    # The publication's figures for the devices it has, each labelled as another device's: never a verdict.
     assert answers["bridgetower--workers0"] == (
         "would run, no reference",
-        "no published figure for NVIDIA B200 (a device no recipe names); this cell's: 336.5 samples/s on 8 h100; "
-        "227.5 samples/s on 8 a100-80gb; 601.5 samples/s on 8 gaudi2",
+        "no published figure for NVIDIA B200 (a device no recipe names); "
+        "published h100: 42.06 samples/s per device (another device, not judged); "
+        "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
+        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
     )
     assert answers["vit-speedups--fsdp"] == (
         "would be judged",
         "by its speedup over its baseline (published 1.51x)",
+    )
+
+
+def test_on_h200s_a_cell_published_on_h100s_runs_with_no_reference_beside_the_h100_figure_labelled(
+    tmp_path, monkeypatch
+):
+    from reprokit import preflight
+    from reprokit.preflight.checks.devices import Devices
+
+    monkeypatch.setattr(preflight, "CHECKS", (Devices,))
+    result = run_inv("preflight", "bridgetower", "--accelerator", "cuda", "--scale", "published", "--no-steps",
+                     "--container", "none", "--variant", "workers0", "--out", str(tmp_path / "out"),
+                     env=on_a_machine(tmp_path, "cuda", ["NVIDIA H200"] * 8))  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert table(result)["bridgetower--workers0"] == (
+        "would run, no reference",
+        "no published figure for NVIDIA H200 (h200); "
+        "published h100: 42.06 samples/s per device (another device, not judged); "
+        "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
+        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
     )
 
 
@@ -364,10 +387,11 @@ def test_on_eight_real_devices_given_the_data_each_cell_is_judged_by_its_own_fig
             then["vit-speedups--amp"]
             == "would run, no reference: nothing was published for this variant alone"
         )
-        # VOLO's figure is an A100's: it runs here with no reference, and says which figure it has.
+        # VOLO's figure is an A100's: it runs here with no reference, and says which figure it has (of
+        # its setups, the one most like this cell's: one node of 8).
         assert then["volo--pretrain-d5"] == (
-            "would run, no reference: no published figure for NVIDIA H100 80GB HBM3 (h100); this cell's: "
-            "500 img/s on 8 a100-80gb; 2100 img/s on 40 x 5 nodes a100-80gb"
+            "would run, no reference: no published figure for NVIDIA H100 80GB HBM3 (h100); "
+            "published a100-80gb: 62.50 img/s per device (another device, not judged)"
         )
         assert then["volo--pretrain-d5-sdpa"] == (
             "would be judged: by its speedup over pretrain-d5, measured in the same session"

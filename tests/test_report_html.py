@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.plan.request import Request
-from reprokit.report import plots
+from reprokit.report import curves, drawing
 from reprokit.run import session, supervise
 from reprokit.run.placement import plan
 from tests.conftest import ROOT, run_inv
@@ -136,7 +136,7 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
     raw = Image.open(shot).convert("RGB").resize((300, 750)).tobytes()
     pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
     # The plots' measured bars are this dark blue: on screen only if the images were drawn.
-    target = tuple(int(plots.MEASURED_COLOR[i : i + 2], 16) for i in (1, 3, 5))
+    target = tuple(int(drawing.MEASURED_COLOR[i : i + 2], 16) for i in (1, 3, 5))
     near = sum(1 for p in pixels if sum(abs(a - b) for a, b in zip(p, target, strict=True)) < 40)
     assert near > 50, f"{near} pixels of the plots' colour in the screenshot"
 
@@ -144,25 +144,25 @@ def test_inv_report_writes_markdown_and_a_self_contained_html_with_its_plots(ses
 def test_curves_come_from_tensorboard_event_files_without_torch(session_dir):
     pytest.importorskip("tensorboard")
     run_dir = session_dir / "runs" / "fake--base"
-    from_csv = plots.read_curves(run_dir)
-    scalars = plots.read_scalars(run_dir / "tensorboard")
+    from_csv = curves.read_curves(run_dir)
+    scalars = curves.read_scalars(run_dir / "tensorboard")
     assert [v for _, v in scalars["throughput/samples_per_second"]] == pytest.approx(
         [v for _, v in from_csv["samples_per_second"]]
     )
     (run_dir / "throughput.csv").unlink()
-    from_events = plots.read_curves(run_dir)["loss"]
+    from_events = curves.read_curves(run_dir)["loss"]
     assert [s for s, _ in from_events] == [s for s, _ in from_csv["loss"]]
     assert [v for _, v in from_events] == pytest.approx([v for _, v in from_csv["loss"]])
     # A run killed while writing leaves a half record: what came before it still reads.
     (event_file,) = (run_dir / "tensorboard").rglob("events.out.tfevents.*")
     event_file.write_bytes(event_file.read_bytes()[:-7])
-    assert len(plots.read_scalars(run_dir / "tensorboard")["throughput/loss"]) == len(from_csv["loss"]) - 1
+    assert len(curves.read_scalars(run_dir / "tensorboard")["throughput/loss"]) == len(from_csv["loss"]) - 1
     # A record whose bytes changed fails its CRC: TensorBoard's loader stops there rather than read a
     # wrong value (what came before it still reads).
     data = bytearray(event_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     event_file.write_bytes(bytes(data))
-    read = plots.read_scalars(run_dir / "tensorboard").get("throughput/loss", [])
+    read = curves.read_scalars(run_dir / "tensorboard").get("throughput/loss", [])
     assert [v for _, v in read] == pytest.approx([v for _, v in from_csv["loss"]][: len(read)])
     assert len(read) < len(from_csv["loss"]) - 1
     # And the session gathers every cell's event files under one folder for `tensorboard --logdir`.

@@ -74,7 +74,7 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from reprokit.report import export_mlflow
+    from reprokit.report import export_mlflow, mlflow_store
 
     folder = write_session(tmp_path / "results" / "s", "2025-01-01T10:00:00+00:00")
     real, first = MlflowClient.log_batch, threading.Event()
@@ -97,7 +97,7 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
         == []
     )
     assert sorted(len(d.made) for d in done) == [0, 3] and [d.rolled_back for d in done] == [0, 0]
-    client = MlflowClient(tracking_uri=export_mlflow.default_uri(folder.parent)[0])
+    client = MlflowClient(tracking_uri=mlflow_store.default_uri(folder.parent)[0])
     runs = client.search_runs([client.get_experiment_by_name("reprokit").experiment_id])
     assert sorted(r.data.tags["reprokit.cell"] for r in runs) == sorted(["s", *CELLS])
     assert {r.info.status for r in runs} == {"FINISHED"}
@@ -106,12 +106,12 @@ def test_two_exports_at_once_take_turns_and_neither_undoes_the_other(tmp_path, m
 KILLED_WHILE_DRAWING = """
 import os, signal, sys
 from pathlib import Path
-from reprokit.report import plots, report
+from reprokit.report import drawing, report
 
 def dies(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's or a user's kill lands: no cleanup runs
 
-plots.save = dies
+drawing.save = dies
 report.write(Path(sys.argv[1]))
 """
 

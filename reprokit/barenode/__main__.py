@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from reprokit.barenode import slices, wheels
+from reprokit.barenode.node import NODE_FILE
 from reprokit.contract.errors import ReprokitError
 
 
@@ -31,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         "out", type=Path, nargs="?", default=Path("node-bundle"), help="its folder (default node-bundle)"
     )
     bundle.add_argument(
-        "--node", type=Path, default=wheels.NODE_FILE, help="the node's description (default: node.yaml)"
+        "--node", type=Path, default=NODE_FILE, help="the node's description (default: node.yaml)"
     )
     bundle.add_argument(
         "--python-version", help="the node's Python, e.g. 3.12 (default: the node's description)"

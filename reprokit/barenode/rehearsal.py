@@ -119,9 +119,10 @@ def versions_line() -> str:
     from importlib import metadata
 
     from reprokit.barenode import wheels
+    from reprokit.barenode.node import load_node, requirement_name
 
-    pins = {wheels._name(r): r.split("==", 1)[1] for r in wheels.kit_requirements() if "==" in r}
-    node = wheels.load_node()
+    pins = {requirement_name(r): r.split("==", 1)[1] for r in wheels.kit_requirements() if "==" in r}
+    node = load_node()
     said = []
     for name in ("transformers", "timm", "accelerate", "datasets", "torch"):
         try:

@@ -16,21 +16,18 @@ started and says so, and a cell that overruns is stopped at the budget's end, wi
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reprokit.barenode import archive, slices
+from reprokit.barenode import archive, node_checks, slices
 from reprokit.collect import collect
-from reprokit.contract import files, rundirs, sessions, trainers
+from reprokit.contract import files, rundirs, sessions
 from reprokit.contract.errors import ReprokitError
-from reprokit.plan import accelerators, listing
+from reprokit.plan import accelerators
 from reprokit.plan.planner import Plan
 from reprokit.plan.request import Request
 from reprokit.run import machinelock, session, supervise
@@ -41,9 +38,7 @@ from reprokit.run.runtimes.local import LocalRuntime
 
 # Kept back from the budget for the last rows, the report and the archive.
 RESERVE_S = 20.0
-CHECK_TIMEOUT_S = 180
 STARTED_ENV = "REPROKIT_NODE_STARTED"  # when the node command started (scripts/barenode/run.py)
-TRAINER_OF = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit"}
 
 
 class Log:
@@ -86,15 +81,15 @@ class NodeRun:
         out: Path,
         scratch: Path,
         budget_s: float,
-        started: float,
         slices_file: Path = slices.SLICES_FILE,
         accelerator: str = "cuda",
+        started: float | None = None,
     ) -> None:
         self.slice_name = slice_name
         self.out = files.make_dir(out)
         self.scratch = files.make_dir(scratch)
         self.budget_s = budget_s
-        self.started = started
+        self.started = started if started is not None else float(os.environ.get(STARTED_ENV) or time.time())
         self.accelerator = accelerator
         self.log = Log(self.out / "runner.log")
         self.spec = slices.get(slice_name, slices_file)
@@ -181,64 +176,12 @@ class NodeRun:
     # -- checks --------------------------------------------------------------------------------
 
     def device_check(self) -> None:
-        try:
-            here = listing.devices_here(self.accelerator)
-            key = self.profile.device_key(here.model)
-            named = f"{key}, as the recipes name it" if key else "a device no recipe names"
-            self.checks["devices"] = {
-                "devices": list(here.models),
-                "mig": here.partitions,
-                "recipes_key": key,
-            }
-            self.log(f"device: {here.describe()} ({named})")
-        except ReprokitError as error:
-            self.checks["devices"] = {"error": str(error)}
-            self.log(f"device: {error}")
-        if shutil.which("nvidia-smi") is None:
-            self.log("nvidia-smi -q: needs the NVIDIA driver's tools (nvidia-smi is not on PATH)")
-            return
-        try:
-            done = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=30)
-            files.write_text(self.scratch / "nvidia-smi-q.txt", done.stdout + done.stderr)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            self.log(f"nvidia-smi -q: {error}")
+        self.checks["devices"] = node_checks.devices(self.accelerator, self.profile, self.scratch, self.log)
 
     def trainer_check(self) -> bool:
-        """The trainers import in this Python with the bundle first (seconds, before any cell), and the
-        software they will run is read back; with `matmul`/`energy`, the device's peak and NVML."""
-        names = sorted({TRAINER_OF[p.cell.trainer] for p in self.planned if p.cell.trainer in TRAINER_OF})
-        out = self.scratch / "devicecheck.json"
-        command = [
-            sys.executable,
-            "-m",
-            "reprokit_trainers.devicecheck",
-            "--out",
-            str(out),
-            "--trainers",
-            ",".join(names),
-        ]
-        command += [f"--{c}" for c in ("matmul", "energy") if c in self.spec.checks]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [trainers.search_path(), os.environ.get("PYTHONPATH")])
-            ),
-        }
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.log(f"checks: the device check gave no answer in {CHECK_TIMEOUT_S} s")
-            return True
-        for line in done.stdout.splitlines():
-            self.log(line)
-        found = rundirs.read_json(out) if out.exists() else None
-        if found is None:
-            said = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            self.log(f"checks: the trainers' side does not start in this Python: {said}")
-            self.checks["software"] = {"error": said}
-            return False
+        found, usable = node_checks.trainers_here(self.planned, self.spec.checks, self.scratch, self.log)
         self.checks.update(found)
-        return not found["software"]["trainers_failed"]
+        return usable
 
     def write_checks(self) -> None:
         files.write_json(self.out / "checks.json", {"slice": self.slice_name, **self.checks})
@@ -364,14 +307,6 @@ class NodeRun:
                 outcomes[cell.cell_id] = rundirs.summary(run_dir) or {}
 
 
-def run(
-    slice_name: str,
-    out: Path,
-    scratch: Path,
-    budget_s: float,
-    slices_file: Path = slices.SLICES_FILE,
-    accelerator: str = "cuda",
-    started: float | None = None,
-) -> int:
-    begun = started if started is not None else float(os.environ.get(STARTED_ENV) or time.time())
-    return NodeRun(slice_name, out, scratch, budget_s, begun, slices_file, accelerator).run()
+def run(slice_name: str, out: Path, scratch: Path, budget_s: float, *where: Any, **named: Any) -> int:
+    """Run a slice (NodeRun's arguments: the slices file, the accelerator, when the node command began)."""
+    return NodeRun(slice_name, out, scratch, budget_s, *where, **named).run()

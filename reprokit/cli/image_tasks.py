@@ -89,6 +89,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
     """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
     pip layer installs, whether it would replace anything the base provides, and the sha256 of every
     file of each pinned version the base can install (from the package index)."""
+    from reprokit.images import locks
     from reprokit.images import pins as resolving
 
     if check and upgrade:
@@ -126,7 +127,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
             f"{profile.lock_file} holds: {len(found.install)} pins, their files' hashes as {index} lists them"
         )
     if write:
-        before = resolving.read_lock(profile.lock_file)
+        before = locks.read_lock(profile.lock_file)
         for name in sorted(set(before) | set(found.install)):
             if before.get(name) != found.install.get(name):
                 print(f"{name}: {before.get(name, '-')} -> {found.install.get(name, '-')}")
@@ -141,19 +142,19 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
 
 def _check_lock(profile, install: dict[str, str], hashes: dict[str, list[str]], index: str) -> None:
     """The lock's versions are the resolution's, and its hashes those the index lists, in one line."""
-    from reprokit.images import pins as resolving
+    from reprokit.images import locks
 
     fix = f"rewrite it with `inv pins --accelerator {profile.name} --write`"
-    problems = resolving.lock_problems(profile)
+    problems = locks.lock_problems(profile)
     if problems:
         raise ReprokitError(f"{problems[0]}; {fix}")
-    locked = resolving.read_lock(profile.lock_file)
+    locked = locks.read_lock(profile.lock_file)
     if locked != install:
         changed = sorted(set(locked.items()) ^ set(install.items()))
         raise ReprokitError(
             f"{profile.lock_file} no longer matches the resolution ({len(changed)} differences, e.g. {changed[0]}); {fix}"
         )
-    differ = [n for n, digests in resolving.read_hashes(profile.lock_file).items() if digests != hashes[n]]
+    differ = [n for n, digests in locks.read_hashes(profile.lock_file).items() if digests != hashes[n]]
     if differ:
         raise ReprokitError(
             f"{profile.lock_file}: the hashes of {', '.join(f'{n}=={install[n]}' for n in differ)} are not "

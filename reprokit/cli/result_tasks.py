@@ -122,18 +122,19 @@ def history(c, recipe, cell=None, device=None, results=None, json_=False):
     """Every session's numbers over time: a table here, and history.html (a plot per cell) in the
     results folder."""
     from reprokit.report import history as over_time
+    from reprokit.report import history_tables
 
     folder = _results(results)
     found = over_time.read(folder, None if recipe == "all" else recipe, cell, device)
     if json_:
         from reprokit import schemas
 
-        print(schemas.dumps("history", over_time.to_json(folder, found)))
+        print(schemas.dumps("history", history_tables.to_json(folder, found)))
         return
     say_skipped(found.skipped)
     if not found.rows:
         raise ReprokitError(f"no completed cell under {folder} matches (sessions: {found.sessions})")
-    over_time.print_table(found.rows)
+    history_tables.print_table(found.rows)
     try:
         print(line(over_time.write(folder, found.rows)))
     except OSError as exc:
@@ -179,6 +180,7 @@ def compare(
     session that cannot be read, single runs gated without --noise). Under `inv`, invoke's own parse
     errors (an unknown flag) exit 1: a CI job runs `reprokit compare`."""
     from reprokit.report import compare as comparing
+    from reprokit.report import compare_view, gate
 
     # Two session folders need no results folder; a name, latest or previous is looked up in one.
     given = [Path(a), Path(b)]
@@ -194,13 +196,13 @@ def compare(
         first, second, found = comparing.compare(folder, a, b, fraction, band, skipped, judge_departed)
     finally:
         say_skipped(skipped)
-    gated = None if limit is None else comparing.gate(found, limit, band, skip_unjudged)
+    gated = None if limit is None else gate.gate(found, limit, band, skip_unjudged)
     if json_:
         from reprokit import schemas
 
-        print(schemas.dumps("compare", comparing.to_json(first, second, found, fraction, band, gated)))
+        print(schemas.dumps("compare", compare_view.to_json(first, second, found, fraction, band, gated)))
     else:
-        comparing.print_table(first, second, found)
+        compare_view.print_table(first, second, found)
     if gated is None:
         return
     if not gated.passed:
@@ -226,12 +228,12 @@ def export_results(c, session, to="mlflow", tracking_uri=None, results=None):
     numbers, tagged reprokit.kept with why."""
     if to != "mlflow":
         raise ReprokitError(f"--to {line(to)}: the kit exports to mlflow")
-    from reprokit.report import export_mlflow
+    from reprokit.report import export_mlflow, mlflow_store
 
     # Before anything is read: one line naming the stores that work, or how to install the extra.
     if tracking_uri:
-        export_mlflow.check_uri(tracking_uri)
-    export_mlflow.check_extra(tracking_uri)
+        mlflow_store.check_uri(tracking_uri)
+    mlflow_store.check_extra(tracking_uri)
     done = export_mlflow.export(_session(session, results), tracking_uri)
     say_skipped(done.skipped, done.table)
     notes = []

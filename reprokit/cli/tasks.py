@@ -33,6 +33,7 @@ from reprokit.contract import trainers
 from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
+from reprokit.judge import other_devices
 from reprokit.plan import cells, listing, recipes
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
@@ -150,6 +151,10 @@ def show(c, recipe, options: RunOptions, json_=False):
                 else f"{ref['ratio']}x"
             )
             print(line(f"  published: {what}" + (f"  ({ref['note']})" if ref.get("note") else "")))
+        if not any("value" in ref for ref in cell.references):  # nothing published for this accelerator
+            world = cell.devices * cell.nodes
+            for ref in other_devices.figures(cell.other_references, None, world, cell.nodes):
+                print(line(f"  {other_devices.labelled(ref, cell.unit)}"))
         for key, value in cell.published.items():
             print(line(f"  published {key}={value}, run with {key}={cell.args.get(key)}"))
         for note in cell.notes:

@@ -19,7 +19,7 @@ from reprokit.contract.errors import ReprokitError
 from reprokit.contract.files import write_bytes
 from reprokit.contract.layout import DOCKER
 from reprokit.contract.trainers import PACKAGE as TRAINERS_PACKAGE
-from reprokit.images import pins, vendor
+from reprokit.images import locks, vendor
 from reprokit.plan.accelerators import Profile
 from reprokit.render.templates import render
 
@@ -43,7 +43,7 @@ def dockerfile(profile: Profile, with_vendor: bool = True, buildkit: bool = Fals
 
 def framework_lock(profile: Profile) -> str:
     """The lock's slice that the framework layer installs (empty where the base ships the framework)."""
-    lines = pins.framework_pins(profile.lock_file.read_text())
+    lines = locks.framework_pins(profile.lock_file.read_text())
     if not lines:
         return ""
     header = f"# The framework's pins of {profile.lock_file.name} (its first pip layer), with their hashes.\n"
@@ -74,7 +74,7 @@ def context_files(
 ) -> dict[str, bytes]:
     """What `docker build` is given, by path in the context. The vendor files' bytes come at build time
     (vendor.files); until then their pinned checksums (vendor.sha256) stand for them."""
-    problems = pins.lock_problems(profile)
+    problems = locks.lock_problems(profile)
     if problems:
         raise ReprokitError(
             f"{problems[0]}: the image installs its lock with --require-hashes; "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.contract.errors import ReprokitError
-from reprokit.images import pins
+from reprokit.images import locks
 from reprokit.images.pins import platform_flags
 from reprokit.plan.accelerators import Profile
 
@@ -26,7 +26,7 @@ from reprokit.plan.accelerators import Profile
 def wheelhouse_command(profile: Profile, dest: Path, python_version: str | None = None) -> list[str]:
     """`pip download` of the profile's lock, each wheel for the image's Python and platform."""
     base = profile.base_manifest
-    problems = pins.lock_problems(profile)
+    problems = locks.lock_problems(profile)
     if problems:
         raise ReprokitError(
             f"{problems[0]}: the wheelhouse downloads the lock's files, each checked against its sha256; "

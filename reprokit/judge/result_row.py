@@ -129,7 +129,7 @@ class Row:
     # A series of runs (--repeat N): each run's cell id, status, figures and error.
     repetitions: list[dict[str, Any]] = field(default_factory=list)
     speedup_definition: str | None = None
-    # Where, on what, with what (collect.provenance): one level of values, for a table and a diff.
+    # Where, on what, with what (run_row.provenance): one level of values, for a table and a diff.
     provenance: dict[str, str | int | float | bool | None] = field(default_factory=dict)
     baseline: bool = False
     title: str | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from reprokit.judge import other_devices
 from reprokit.plan.cells import Cell
 
 JUDGED = "would be judged"
@@ -134,10 +135,16 @@ class Report:
             if self.device_name
             else "the nodes' devices"
         )
-        others = [*figures, *(r for r in cell.other_references if r.get("value") is not None)]
+        # The publication's figures for other devices, labelled as theirs: read beside, never a verdict.
+        others = other_devices.said(
+            [*cell.references, *cell.other_references],
+            self.device,
+            cell.devices * cell.nodes,
+            cell.nodes,
+            cell.unit,
+        )
         if others:
-            shown = "; ".join(figure(r, cell.unit) for r in others)
-            return NO_REFERENCE, f"no published figure for {here}; this cell's: {shown}"
+            return NO_REFERENCE, f"no published figure for {here}; {others}"
         return NO_REFERENCE, "nothing was published for this variant alone"
 
     def to_json(self, seconds: float) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from reprokit.contract.textsafe import NAME, TEXT, short
-from reprokit.judge import verdicts
+from reprokit.judge import other_devices, verdicts
 from reprokit.judge.result_row import LOCAL, Row
 
 # A row's words that are sentences (shown within TEXT); every other word of it is a name (within NAME).
@@ -104,10 +104,27 @@ def measured(r: Row) -> str:
 
 
 def published(r: Row) -> str:
-    """The published figure per device, and the whole-node figure it comes from."""
+    """The published figure per device, and the whole-node figure it comes from; for a cell with no
+    figure on its device, the other devices' figures labelled as theirs (elsewhere)."""
     if r.reference is None:
-        return "-"
+        return elsewhere(r) or "-"
     return f"{number(r.reference_per_device)} ({number(r.reference)} on {r.reference_devices} {r.device})"
+
+
+def published_per_device(r: Row) -> str:
+    """The published figure per device, or the other devices' labelled as theirs (elsewhere)."""
+    if r.reference_per_device is None:
+        return elsewhere(r) or "-"
+    return number(r.reference_per_device)
+
+
+def elsewhere(r: Row) -> str:
+    """For a cell judged `no reference` (nothing published for its device), the publication's figure on
+    each device it has, labelled as another device's: `published h100: 75.26 samples/s per device
+    (another device, not judged)`. '' for any other cell: its verdict or its reasons say it all."""
+    if r.verdict != verdicts.NO_REFERENCE:
+        return ""
+    return other_devices.said(r.all_references(), r.device, r.world_size or 1, r.nodes or 1, r.unit)
 
 
 def speedup(r: Row) -> str:

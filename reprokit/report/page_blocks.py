@@ -14,7 +14,7 @@ from reprokit.contract.textsafe import fence, short
 from reprokit.contract.textsafe import html as escape
 from reprokit.contract.textsafe import lines as visible_lines
 from reprokit.contract.textsafe import markdown as md
-from reprokit.report.plots import Plot
+from reprokit.report.drawing import Plot
 
 
 @dataclass

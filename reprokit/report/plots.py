@@ -1,192 +1,47 @@
-"""The report's plots (PNG, matplotlib's Agg backend): throughput beside the published bars, where
-each cell's measured window went (data wait, compute, communication, other), samples per joule, the
-training curves, and the speedup ladder.
+"""The report's plots of a session (PNG, matplotlib's Agg backend): throughput beside the published
+bars, where each cell's measured window went (data wait, compute, communication, other), samples per
+joule, the speedup ladder, and the training curves (curves.py); drawn as drawing.py draws every figure,
+and put in place once the report that shows them is written.
 
-matplotlib is imported only when a plot is drawn, so `inv --list` stays instant. The curves come
-from throughput.csv (the contract guarantees it; read bounded: rundirs.curves); TensorBoard event files are read only where a
-run has no throughput.csv, with TensorBoard's own loader (no torch, no TensorFlow), where the
-`tensorboard` package is installed; the caption names a run it could not read.
+matplotlib is imported only when a plot is drawn, so `inv --list` stays instant.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
 import os
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from reprokit.collect import explain
-from reprokit.contract import bounded, files, rundirs, sessions
 from reprokit.contract.bounded import Malformed
-from reprokit.contract.textsafe import NAME, line
+from reprokit.contract.textsafe import line
 from reprokit.judge import verdicts
 from reprokit.judge.result_row import Row
+from reprokit.report import drawing
+from reprokit.report.curves import curves_plot, unit_of
+from reprokit.report.drawing import (
+    FONT,
+    MEASURED_COLOR,
+    NEW,
+    PUBLISHED_COLORS,
+    SHARE_COLORS,
+    UNJUDGED_HATCH,
+    WIDTH,
+    Plot,
+    legend_below,
+    pyplot,
+    rows_height,
+    slug,
+    title,
+    unjudged_scale,
+)
 from reprokit.report.formats import shown
 
-# Colors a reader can tell apart in grey too: measured dark, published light.
-MEASURED_COLOR = "#1f4e79"
-PUBLISHED_COLORS = ["#9dc3e6", "#f4b183", "#a9d18e", "#d9d9d9", "#ffd966"]
-# One color per share of a step's time, the same in every recipe's breakdown.
-SHARE_COLORS = {"data_wait": "#c55a11", "compute": "#1f4e79", "communication": "#7f6000", "other": "#bfbfbf"}
-DPI = 100
-# Every text of a plot, in points: at DPI 100 a 9 pt label is 12.5 px, and a plot is drawn no wider than
-# the pages (pages.STYLE: 1,150 px), so a browser shows it at that size, never scaled down.
-FONT = 9
-TITLE_FONT = 11
-WIDTH = 9.0  # inches: 900 px, with the labels outside the axes still within the page
-# A measured bar of a run that is not comparable (the smoke scale): hatched, and said in its label.
-UNJUDGED_HATCH = "//"
-
-
-@dataclass
-class Plot:
-    recipe: str
-    name: str  # file name in the session folder
-    title: str
-    caption: str
-    path: Path
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading curves
-
-
-class NoTensorBoard(Exception):
-    """A run's curves are only in TensorBoard event files, and the tensorboard package is not here."""
-
-
-def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Scalars of every TensorBoard event file under `folder`: tag -> [(step, value)], by step.
-
-    Read with TensorBoard's own loader (its record reader checks each record's CRCs and stops at a
-    truncated or corrupt one: a run still going, or killed) and its compat layer, which gives the
-    scalars of every writer (simple values, tensors) one form. No torch, no TensorFlow. The
-    tensorboard package is not a dependency of the host (the kit's trainers write throughput.csv,
-    read first): NoTensorBoard where it is needed and missing.
-    """
-    try:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-        from tensorboard.util import tensor_util
-    except ImportError:
-        raise NoTensorBoard from None
-    scalars: dict[str, dict[int, float]] = {}
-    for path in sorted(folder.rglob("events.out.tfevents.*")):
-        for event in EventFileLoader(str(path)).Load():
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name != "scalars":
-                    continue
-                number = tensor_util.make_ndarray(value.tensor)
-                if number.size == 1:
-                    scalars.setdefault(value.tag, {})[int(event.step)] = float(number.reshape(()))
-    return {tag: sorted(points.items()) for tag, points in scalars.items()}
-
-
-def read_curves(run_dir: Path, root: Path | None = None) -> dict[str, list[tuple[int, float]]]:
-    """samples/s and loss per logging step: from throughput.csv (read through rundirs.curves: bounded,
-    Malformed for a file the kit will not read, a link out of the results folder `root` not followed),
-    else from the event files."""
-    curves: dict[str, list[tuple[int, float]]] = {"samples_per_second": [], "loss": []}
-    if os.path.lexists(run_dir / rundirs.FILES["throughput"]):
-        return rundirs.curves(run_dir, tuple(curves), root)
-    events = run_dir / rundirs.FILES["tensorboard"]
-    if not events.is_dir() or not any(events.rglob("events.out.tfevents.*")):
-        return curves
-    bounded.check_inside(events, root)
-    scalars = read_scalars(events)
-    for key in curves:
-        # The kit's own tags first, then what the HF Trainer logs.
-        for tag in (f"throughput/{key}", f"train/{key}"):
-            if scalars.get(tag):
-                curves[key] = scalars[tag]
-                break
-    return curves
-
-
-# ---------------------------------------------------------------------------------------------
-# Drawing
-
-
-def matplotlib_safe() -> None:
-    """matplotlib without a display, and with its math text off: a label is the text it holds (a device
-    named `$\\foo{$` is that name, not a formula that fails to parse and ends the report)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False
-
-
-def pyplot():
-    matplotlib_safe()
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def slug(text: str) -> str:
-    """A part of a file name from a recipe's or a cell's name: within NAME characters (a file name is at
-    most 255 bytes), a longer one cut and told apart from others cut alike by its digest."""
-    found = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
-    if len(found) <= NAME:
-        return found
-    digest = hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest()[:12]
-    return f"{found[: NAME - len(digest) - 1]}-{digest}"
-
-
-# A plot drawn for a report being written: beside the session's images under a name of its own until
-# the report is written (install), so the report in place keeps every image it shows.
-NEW = ".new"
 # A row's words that the plots draw (labels, ticks, legends).
 DRAWN_TEXT = ("variant", "device_name", "device", "unit", "status")
 # The report's images, by the plot that makes them.
 PREFIXES = ("throughput-", "breakdown-", "energy-", "curves-", "ladder-")
-
-
-def save(fig: Any, session_dir: Path, name: str) -> Path:
-    path = session_dir / f".{name}{NEW}"
-    fig.tight_layout()
-    # bbox "tight" keeps legends placed outside the axes inside the image. Drawn in memory and written
-    # whole: a disk that fills mid-write leaves no broken PNG behind.
-    image = io.BytesIO()
-    fig.savefig(image, dpi=DPI, format="png", bbox_inches="tight")
-    pyplot().close(fig)
-    return files.write_bytes(path, image.getvalue())
-
-
-def unjudged_scale(rows: list[Row]) -> str | None:
-    """The scale of rows that ran at one other than the publication's (`smoke`): every plot of them
-    says so, as the report's banner does."""
-    scales = sorted({r.scale for r in rows if r.scale not in (None, "published")})
-    return ", ".join(scales) or None
-
-
-def titled(text: str, rows: list[Row]) -> str:
-    """A plot's title, saying when its rows are not comparable with the publication (the smoke scale);
-    a control character in it (a recipe's name from a run file) shown escaped, never drawn as a box."""
-    scale = unjudged_scale(rows)
-    return line(text) + (
-        f"\n({line(scale, NAME)} scale: not comparable with the publication)" if scale else ""
-    )
-
-
-def _title(ax: Any, text: str, rows: list[Row]) -> None:
-    ax.set_title(titled(text, rows), fontsize=TITLE_FONT)
-
-
-def legend_below(fig: Any, ax: Any, columns: int = 4) -> None:
-    """The legend under the figure, where it covers no bar or line (save's tight bounding box keeps it)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
-                   fontsize=FONT, ncol=min(columns, len(handles)))  # fmt: skip
-
-
-def _rows_height(count: int, per_row: float) -> float:
-    """A horizontal bar chart's height in inches: `per_row` inches a variant, room for its decorations."""
-    return per_row * count + 1.5
 
 
 def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
@@ -209,7 +64,7 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
     series = [(label, {r.variant: r.measured_per_device for r in measured})]
     series += [(f"published {device}", values) for device, values in published.items()]
     height = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(variants), max(0.45, 0.25 * len(series)))))
+    fig, ax = plt.subplots(figsize=(WIDTH, rows_height(len(variants), max(0.45, 0.25 * len(series)))))
     largest = 0.0
     for i, (name, values) in enumerate(series):
         ys = [j + (i - (len(series) - 1) / 2) * height for j, v in enumerate(variants) if v in values]
@@ -222,13 +77,13 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
                        hatch=UNJUDGED_HATCH if i == 0 and scale else None, xerr=spans,
                        capsize=3 if spans is not None else 0, error_kw={"linewidth": 0.8})  # fmt: skip
         ax.bar_label(bars, fmt="%.3g", fontsize=FONT, padding=2)
-    unit = _unit(rows)
+    unit = unit_of(rows)
     ticks = [v if r.status == "ok" else f"{v} ({r.status})" for v, r in zip(variants, rows, strict=True)]
     ax.set_yticks(range(len(variants)), ticks, fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlim(0, (largest or 1.0) * 1.15)  # room for the values at the bars' ends
     ax.set_xlabel(f"{unit} per device")
-    _title(ax, f"{recipe}: throughput per device" + ("" if comparable else " (published bars omitted)"), rows)
+    title(ax, f"{recipe}: throughput per device" + ("" if comparable else " (published bars omitted)"), rows)
     ax.grid(axis="x", alpha=0.3)
     legend_below(fig, ax)
     name = f"throughput-{slug(recipe)}.png"
@@ -242,7 +97,9 @@ def throughput_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | N
     unjudged = sorted({r.verdict_reasons for r in rows if r.verdict == verdicts.NOT_COMPARABLE} - {None})
     if comparable and unjudged:
         caption += f" Not comparable here: {'; '.join(unjudged)}."
-    return Plot(recipe, name, f"{recipe}: throughput per device", caption, save(fig, session_dir, name))
+    return Plot(
+        recipe, name, f"{recipe}: throughput per device", caption, drawing.save(fig, session_dir, name)
+    )
 
 
 def _repeat_spans(rows: list[Row]) -> list[list[float]] | None:
@@ -270,7 +127,7 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | No
     if not timed:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(timed), 0.42)))
+    fig, ax = plt.subplots(figsize=(WIDTH, rows_height(len(timed), 0.42)))
     ys = range(len(timed))
     lefts = [0.0] * len(timed)
     for share in explain.SHARES:
@@ -283,7 +140,7 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | No
         ax.bar_label(bars, labels=[f"{v:.0%}" if v >= 0.07 else "" for v in values], label_type="center",
                      fontsize=FONT, color="white" if share != "other" else "black")  # fmt: skip
         lefts = [b + v for b, v in zip(lefts, values, strict=True)]
-    unit = _unit(rows)
+    unit = unit_of(rows)
     for y, r in zip(ys, timed, strict=True):
         if r.measured_per_device is not None:
             ax.annotate(f"{r.measured_per_device:.3g} {unit}", (1.02, y), va="center", fontsize=FONT)
@@ -293,7 +150,7 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | No
     ax.set_xticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_xlabel("share of the measured window")
-    _title(ax, f"{recipe}: where each cell's time went (its figure per device at the right)", rows)
+    title(ax, f"{recipe}: where each cell's time went (its figure per device at the right)", rows)
     legend_below(fig, ax)
     name = f"breakdown-{slug(recipe)}.png"
     caption = (
@@ -301,7 +158,7 @@ def breakdown_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | No
         "the next batch, the steps' own time, a DDP all-reduce in flight (multi-device runs), and the rest. "
         "A share the trainer could not time is left out, not drawn as zero."
     )
-    return Plot(recipe, name, f"{recipe}: where the time went", caption, save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: where the time went", caption, drawing.save(fig, session_dir, name))
 
 
 def energy_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
@@ -310,7 +167,7 @@ def energy_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     if not measured:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(measured), 0.42)))
+    fig, ax = plt.subplots(figsize=(WIDTH, rows_height(len(measured), 0.42)))
     values = [r.samples_per_joule or 0.0 for r in measured]
     bars = ax.barh(range(len(measured)), values, 0.6, color=MEASURED_COLOR, edgecolor="black", linewidth=0.4,
                    hatch=UNJUDGED_HATCH if unjudged_scale(measured) else None)  # fmt: skip
@@ -319,69 +176,18 @@ def energy_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     ax.invert_yaxis()
     ax.set_xlim(0, max(values) * 1.15)
     ax.set_xlabel("samples per joule")
-    _title(ax, f"{recipe}: samples per joule (measured window)", measured)
+    title(ax, f"{recipe}: samples per joule (measured window)", measured)
     ax.grid(axis="x", alpha=0.3)
     name = f"energy-{slug(recipe)}.png"
     sources = sorted({str(r.energy) for r in measured})
     caption = f"The samples of the measured window over the energy its devices drew: {'; '.join(sources)}."
-    return Plot(recipe, name, f"{recipe}: samples per joule", caption, save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: samples per joule", caption, drawing.save(fig, session_dir, name))
 
 
 def _device_label(rows: list[Row]) -> str:
     names = sorted({str(r.device_name or r.device or "this machine") for r in rows})
     worlds = sorted({int(r.world_size or 1) for r in rows})
     return f"{', '.join(names)}, {'/'.join(map(str, worlds))} device(s)"
-
-
-def _unit(rows: list[Row]) -> str:
-    return next((r.unit for r in rows if r.unit), "samples/s")
-
-
-def curves_plot(
-    session_dir: Path, recipe: str, rows: list[Row], skipped: list[Malformed] | None = None
-) -> Plot | None:
-    """samples/s and loss per logging step, one line per variant (a throughput.csv the kit will not read
-    is left out, and added to `skipped`)."""
-    curves, unread = {}, []
-    for r in rows:
-        if not r.run_dir:
-            continue
-        label = r.variant if r.status == "ok" else f"{r.variant} ({r.status})"
-        try:
-            curves[label] = read_curves(session_dir / sessions.RUNS / r.run_dir, session_dir.parent)
-        except NoTensorBoard:
-            unread.append(str(label))
-        except Malformed as exc:
-            if skipped is not None:
-                skipped.append(exc)
-    curves = {v: c for v, c in curves.items() if c["samples_per_second"] or c["loss"]}
-    if not curves:
-        return None
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
-    for variant, c in curves.items():
-        for ax, key in ((left, "samples_per_second"), (right, "loss")):
-            if c[key]:
-                steps, values = zip(*c[key], strict=True)
-                ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.2, label=variant)
-    unit = _unit(rows)
-    left.set_title(f"{unit} per logging interval (all devices)", fontsize=FONT + 1)
-    right.set_title("training loss", fontsize=FONT + 1)
-    left.set_ylim(bottom=0)  # from zero: a 2% wobble must not look like a halving
-    for ax in (left, right):
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # steps are whole
-        ax.grid(alpha=0.3)
-    fig.suptitle(titled(f"{recipe}: training curves", rows), fontsize=TITLE_FONT)
-    legend_below(fig, left if left.lines else right)
-    name = f"curves-{slug(recipe)}.png"
-    caption = "From each run's throughput.csv (the TensorBoard event files where a run has none)."
-    if unread:
-        caption += (
-            f" Not drawn: {', '.join(unread)} (no throughput.csv, and reading its TensorBoard event files "
-            "needs the tensorboard package: pip install tensorboard)."
-        )
-    return Plot(recipe, name, f"{recipe}: training curves", caption, save(fig, session_dir, name))
 
 
 def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
@@ -393,7 +199,7 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
         return None
     plt = pyplot()
     labels = [r.variant for r in rungs]
-    fig, ax = plt.subplots(figsize=(WIDTH, _rows_height(len(rungs), 0.6)))
+    fig, ax = plt.subplots(figsize=(WIDTH, rows_height(len(rungs), 0.6)))
     ys = range(len(rungs))
     # A measured speedup of runs that are not comparable (the smoke scale) is hatched and says so at its
     # end: set beside a published bar, a plain one would read as a reproduction.
@@ -419,7 +225,7 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     ax.set_yticks(list(ys), labels, fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlabel("speedup over the baseline (per device)")
-    _title(ax, f"{recipe}: speedup ladder", rungs)
+    title(ax, f"{recipe}: speedup ladder", rungs)
     ax.grid(axis="x", alpha=0.3)
     legend_below(fig, ax)
     name = f"ladder-{slug(recipe)}.png"
@@ -427,7 +233,7 @@ def ladder_plot(session_dir: Path, recipe: str, rows: list[Row]) -> Plot | None:
     caption = "Ratios measured in one session hold across machines where absolute numbers do not." + (
         f" Published ratios derived from the {', '.join(devices)} figures." if devices else ""
     )
-    return Plot(recipe, name, f"{recipe}: speedup ladder", caption, save(fig, session_dir, name))
+    return Plot(recipe, name, f"{recipe}: speedup ladder", caption, drawing.save(fig, session_dir, name))
 
 
 def draw(session_dir: Path, table: list[Row], skipped: list[Malformed] | None = None) -> list[Plot]:

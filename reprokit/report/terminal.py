@@ -54,7 +54,7 @@ def print_table(table: list[Row], console: Console | None = None) -> None:
             markup(r.cell_id or "-"),
             f"[{'green' if r.status == 'ok' else 'red'}]{markup(r.status or '-')}[/]",
             formats.number(r.measured_per_device),
-            formats.number(r.reference_per_device),
+            markup(formats.published_per_device(r)),
             formats.ratio(r.ratio_per_device),
             f"[{style}]{verdict}[/]" if style else verdict,
             markup(_speedup(r)),

@@ -11,7 +11,7 @@ import sys
 
 from reprokit import images
 from reprokit.contract.errors import ReprokitError
-from reprokit.images import pins
+from reprokit.images import locks
 from reprokit.preflight import baseimage, imagereads
 from reprokit.preflight.checks.base import Check
 from reprokit.preflight.context import Context
@@ -27,7 +27,7 @@ def kit_layer(context: Context) -> frozenset[str]:
     system packages (read from the kit's image, they say nothing about the base)."""
     profile = context.profile
     names = {baseimage.normalized(p) for p in profile.system_packages}
-    names |= {baseimage.normalized(name) for name in pins.read_lock(profile.lock_file)}
+    names |= {baseimage.normalized(name) for name in locks.read_lock(profile.lock_file)}
     protected = {baseimage.normalized(p) for p in profile.base_manifest.protect}
     return frozenset(names - protected)
 

@@ -374,6 +374,15 @@ class Sources:
     # The hub does not answer: read the cache alone (the same files), without retrying each for 30 s.
     cache_only: bool = False
 
+    def hub_options(self, model_args: ModelArguments) -> dict[str, Any]:
+        """How the checkpoint's files (weights and tokenizer alike) are asked of the hub or its cache."""
+        return {
+            "revision": model_args.model_revision,
+            "cache_dir": self.hub_cache,
+            "token": model_args.token,
+            "local_files_only": self.cache_only,
+        }
+
 
 def resolve_sources(model_args: ModelArguments, data_args: DataTrainingArguments, scratch: Path) -> Sources:
     """--cache_dir, or the hub cache when none was given, made usable where it is read-only (a writable
@@ -415,11 +424,7 @@ def load_model(
     if not model_args.random_init:
         try:
             model = BridgeTowerForContrastiveLearning.from_pretrained(
-                model_args.model_name_or_path,
-                revision=model_args.model_revision,
-                cache_dir=sources.hub_cache,
-                token=model_args.token,
-                local_files_only=sources.cache_only,
+                model_args.model_name_or_path, **sources.hub_options(model_args)
             )
             return model, "hub", None
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
@@ -465,12 +470,9 @@ def load_tokenizer(
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             name,
-            revision=model_args.model_revision,
-            cache_dir=sources.hub_cache,
             use_fast=model_args.use_fast_tokenizer,
-            token=model_args.token,
             trust_remote_code=model_args.trust_remote_code,
-            local_files_only=sources.cache_only,
+            **sources.hub_options(model_args),
         )
         return tokenizer, "hub"
     except (OSError, ValueError) as error:

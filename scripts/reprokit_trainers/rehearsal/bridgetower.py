@@ -19,22 +19,11 @@ from reprokit_trainers.bridgetower.throughput import StepSamples
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
 
+from . import plan
 from .fakedevice import FakeDevice, estimate
 from .plan import Prepared, economy_note
 
-# Arguments that change only the host's side of a step (how many rows, workers, logs): cells that
-# differ in these alone share one device step.
-HOST_ONLY = (
-    "dataloader_num_workers",
-    "logging_steps",
-    "throughput_warmup_steps",
-    "max_steps",
-    "synthetic_num_train",
-    "synthetic_num_eval",
-    "synthetic_num_test",
-    "synthetic_unique_images",
-    "seed",
-)
+HOST_ONLY = (*plan.HOST_ONLY, "synthetic_num_eval", "synthetic_num_test", "synthetic_unique_images")
 
 
 def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:

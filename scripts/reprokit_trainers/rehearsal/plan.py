@@ -6,6 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Arguments that change only the host's side of a step (how many rows, workers, logs, the seed): cells
+# that differ in these alone share one device step. Each trainer adds its own data sizes.
+HOST_ONLY = ("dataloader_num_workers", "logging_steps", "throughput_warmup_steps", "max_steps", "synthetic_num_train",
+             "seed")  # fmt: skip
+# The image trainers' (ViT's, VOLO's) synthetic pool of JPEGs: how many, not what a step computes.
+IMAGE_HOST_ONLY = (*HOST_ONLY, "synthetic_pool_size")
+
 
 @dataclass
 class Prepared:

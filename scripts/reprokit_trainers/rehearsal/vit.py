@@ -16,18 +16,11 @@ from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
 from reprokit_trainers.vit import run_vit as trainer
 
+from . import plan
 from .fakedevice import FakeDevice, estimate, trainable_bytes
 from .plan import Prepared, economy_note, shrink_image_data
 
-HOST_ONLY = (
-    "dataloader_num_workers",
-    "logging_steps",
-    "throughput_warmup_steps",
-    "max_steps",
-    "synthetic_num_train",
-    "synthetic_pool_size",
-    "seed",
-)
+HOST_ONLY = plan.IMAGE_HOST_ONLY
 CPU = torch.device("cpu")
 
 

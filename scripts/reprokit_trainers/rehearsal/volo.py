@@ -18,19 +18,11 @@ from reprokit_trainers.common.record import software
 from reprokit_trainers.volo import run_volo as trainer
 from reprokit_trainers.volo import tokenlabel
 
+from . import plan
 from .fakedevice import FakeDevice, estimate, trainable_bytes
 from .plan import Prepared, economy_note, shrink_image_data
 
-HOST_ONLY = (
-    "dataloader_num_workers",
-    "logging_steps",
-    "throughput_warmup_steps",
-    "max_steps",
-    "synthetic_num_train",
-    "synthetic_pool_size",
-    "seed",
-    "save_checkpoint",
-)
+HOST_ONLY = (*plan.IMAGE_HOST_ONLY, "save_checkpoint")
 CPU = torch.device("cpu")
 
 
@@ -84,10 +76,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     )
     images = normalize(images)
     targets = tokenlabel.build_token_targets(
-        raw["label_map"],
-        raw["crop_box"],
-        raw["flipped"],
-        raw["labels"],
+        *tokenlabel.batch_maps(raw),
         model_args.num_classes,
         label_size,
         train_args.smoothing,

@@ -61,7 +61,13 @@ from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import lifecycle
-from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.args import (
+    HOST_SYNCS,
+    ZERO_GRADS,
+    DeviceArguments,
+    one_line_errors,
+    parse_command_line,
+)
 from reprokit_trainers.common.process.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import RunDir
@@ -74,9 +80,6 @@ AMP_MODES = ("no", "fp16", "bf16", "pure_fp16")
 OPTIMIZER_IMPLS = ("loop", "foreach", "fused")
 OPTIMIZERS = ("adamw", "sgd")
 SHARDINGS = ("ddp", "fsdp")
-# What the loop waits for and how it zeroes: the first of each is pycls's (issue 31).
-HOST_SYNCS = ("every_step", "logging_steps")
-ZERO_GRADS = ("zeros", "set_to_none")
 
 
 @dataclass

@@ -45,7 +45,13 @@ from reprokit_trainers.common.data import imagenet, prefetch, randaugment
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import lifecycle, streams
-from reprokit_trainers.common.process.args import DeviceArguments, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.args import (
+    HOST_SYNCS,
+    ZERO_GRADS,
+    DeviceArguments,
+    one_line_errors,
+    parse_command_line,
+)
 from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     init_process_group,
@@ -79,9 +85,6 @@ LOADERS = ("torch", "gpu_decode", "dali")
 # is the publication's (timm 0.4 on torch <= 1.10; Apex DDP(delay_allreduce=True)).
 OPTIMIZER_IMPLS = {"per_tensor": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 DDP_SCHEDULES = ("after_backward", "overlap")
-# What the loop waits for and how it zeroes: the first of each is main.py's (issue 31).
-HOST_SYNCS = ("every_step", "logging_steps")
-ZERO_GRADS = ("zeros", "set_to_none")
 
 
 @dataclass
@@ -679,10 +682,7 @@ def train_loop(
             if prefetcher is None:
                 batch = ready(batch)
             targets = tokenlabel.build_token_targets(
-                batch["label_map"],
-                batch["crop_box"],
-                batch["flipped"],
-                batch["labels"],
+                *tokenlabel.batch_maps(batch),
                 num_classes,
                 run.label_size,
                 train_args.smoothing,

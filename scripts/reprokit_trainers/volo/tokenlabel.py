@@ -204,6 +204,14 @@ def build_token_targets(
     )
 
 
+def batch_maps(
+    batch: dict[str, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A loader's batch as ``build_token_targets`` takes it first: its ``label_map``, ``crop_box``,
+    ``flipped`` and ``labels`` (the keys every VOLO loader, DALI's too, hands the loop)."""
+    return batch["label_map"], batch["crop_box"], batch["flipped"], batch["labels"]
+
+
 # ----------------------------------------------------------------------------------------------
 # MixToken
 
