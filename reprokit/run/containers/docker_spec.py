@@ -86,7 +86,15 @@ class ContainerSpec:
         if "gpus" in opts:
             count = -1 if str(opts["gpus"]) == "all" else int(opts["gpus"])
             kwargs["device_requests"] = [DeviceRequest(count=count, capabilities=[["gpu"]])]
-        for key in ("runtime", "ipc_mode", "network_mode", "shm_size", "cap_add", "group_add", "security_opt"):
+        for key in (
+            "runtime",
+            "ipc_mode",
+            "network_mode",
+            "shm_size",
+            "cap_add",
+            "group_add",
+            "security_opt",
+        ):
             if key in opts:
                 kwargs[key] = opts[key]
         if "devices" in opts:
