@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from reprokit.contract import bounded, rundirs, trainers
+from reprokit.contract import bounded, rundirs, sessions, trainers
 from reprokit.contract.trainers import contract
 
 CONTRACT = contract()
@@ -72,26 +72,19 @@ class Record(BaseModel):
     schema_version: int = 1
 
 
-class CellRecord(Record):
-    cell_id: str | None = None
-    recipe: str | None = None
+class CellRecord(Record, sessions.CellPlan):
+    """cell.json: the cell as planned (the keys session.json lists too) and all the host gave its run."""
+
     title: str | None = None
-    variant: str | None = None
-    scale: str | None = None
-    accelerator: str | None = None
-    devices: int | None = Field(default=None, ge=1)
-    nodes: int | None = Field(default=None, ge=1)
     trainer: str | None = None
     unit: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
     references: list[dict[str, Any]] = Field(default_factory=list)
     other_references: list[dict[str, Any]] = Field(default_factory=list)
-    baseline: bool = False
     group: str = "main"
     tolerance: float = Field(default=0.10, ge=0, le=1, allow_inf_nan=False)
     assumptions: list[str] = Field(default_factory=list)
     data: dict[str, str] = Field(default_factory=dict)
-    recipe_hash: str | None = None
     kit_revision: str | None = None
     software: dict[str, str] = Field(default_factory=dict)
     beyond: str | None = None

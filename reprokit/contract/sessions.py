@@ -59,11 +59,12 @@ def parse_time(text: object) -> datetime | None:
         return None
 
 
-class PlannedCell(BaseModel):
-    """A cell as session.json plans it (save() below writes these keys)."""
+class CellPlan(BaseModel):
+    """A cell as the host planned it (plan/cells.py's Cell): session.json lists these keys of each cell
+    (run/session.py writes them) and each run's cell.json holds them among the rest (records.CellRecord)."""
 
     model_config = ConfigDict(extra="allow")
-    cell_id: str
+    cell_id: str | None = None
     recipe: str | None = None
     variant: str | None = None
     scale: str | None = None
@@ -72,6 +73,12 @@ class PlannedCell(BaseModel):
     nodes: int | None = Field(default=None, ge=1)
     baseline: bool = False
     recipe_hash: str | None = None
+
+
+class PlannedCell(CellPlan):
+    """A cell as session.json plans it: one without its id is not one the kit wrote."""
+
+    cell_id: str
 
 
 class SessionFile(BaseModel):

@@ -92,7 +92,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         )
     out += [
         Block("h2", "All cells"),
-        Block("table", headers=tables.SUMMARY_HEADERS, rows=[tables.summary(r) for r in table], nowrap=(0,)),
+        tables.block(tables.SUMMARY, table),
         Block("p", "Every column of each cell, its reasons whole, is under Details below."),
     ]
     for recipe in dict.fromkeys(r.recipe for r in table if r.recipe):
@@ -142,12 +142,7 @@ def blocks(session_dir: Path, table: list[Row], plots: list[Plot]) -> list[Block
         out += [Block("p", f"{r.cell_id}: {r.kept}") for r in kept]
     out += [
         Block("h2", "Provenance"),
-        Block(
-            "table",
-            headers=tables.PROVENANCE_HEADERS,
-            rows=[tables.provenance(r) for r in table],
-            nowrap=(0,),
-        ),
+        tables.block(tables.PROVENANCE, table),
         Block(
             "p",
             "Every row is rebuilt from the run directories (runs/<cell>/) by `inv collect`"

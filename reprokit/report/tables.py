@@ -4,6 +4,7 @@ away) and the provenance; report.py puts them on the page."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timezone
 
 from reprokit.contract import sessions
@@ -12,76 +13,55 @@ from reprokit.judge.result_row import Row
 from reprokit.report import formats
 from reprokit.report.page_blocks import Block
 
-DETAIL_HEADERS = [
-    "cell",
-    "status",
-    "judged by",
-    "measured",
-    "per device",
-    "after warm-up",
-    "whole run",
-    "GaudiTrainer formula",
-    "published per device",
-    "compared",
-    "measured / published",
-    "verdict",
-    "speedup vs baseline (measured vs published)",
-    "speedup verdict",
-    "nodes",
-    "scaling efficiency",
-    "MFU",
-    "samples/J",
-    "step time p50 / p90 / p99",
-    "wall time",
-    "peak memory",
-]
-
-PROVENANCE_HEADERS = [
-    "cell",
-    "started (UTC)",
-    "device",
-    "image",
-    "kit revision",
-    "recipe hash",
-    "torch",
-    "transformers",
-    "timm",
-]
+# A table is its columns, each a header and how a row shows under it (one place for both: they cannot
+# drift apart).
+Column = tuple[str, Callable[[Row], str]]
 
 
-def _detail(r: Row) -> list[str]:
-    return [
-        r.cell_id or "-",
-        r.status or "-",
-        r.definition or "-",
-        formats.measured(r),
-        formats.number(r.measured_per_device),
-        # Every definition the trainer recorded, beside the one the verdict used.
-        formats.number(r.measured_after_warmup),
-        formats.number(r.measured_whole_run),
-        formats.number(r.measured_gaudi_trainer),
-        formats.published(r),
-        r.normalization or "-",
-        formats.ratio(r.ratio_per_device),
-        formats.verdict(r),
-        formats.speedup(r),
-        formats.speedup_verdict(r),
-        str(r.nodes or "-"),
-        # Per device over the single-node run of the same cell in this session (1.0: linear).
-        formats.number(r.scaling_efficiency),
-        # Over the peak of the precision the matmuls ran in.
-        formats.percent(r.mfu) + (f" ({r.mfu_precision})" if r.mfu is not None and r.mfu_precision else ""),
-        formats.number(r.samples_per_joule, 3),
-        formats.step_times(r),
-        formats.seconds(r.wall_time_s),
-        # The allocator's peak, and what the device saw the process hold where NVML says.
-        formats.gib(r.peak_memory_bytes)
-        + (
-            f" ({formats.gib(r.peak_memory_device_bytes)} on the device)"
-            if r.peak_memory_device_bytes
-            else ""
-        ),
-    ]
+def _cell(r: Row) -> str:
+    return r.cell_id or "-"
+
+
+def _status(r: Row) -> str:
+    return r.status or "-"
+
+
+def _peak_memory(r: Row) -> str:
+    # The allocator's peak, and what the device saw the process hold where NVML says.
+    held = f" ({formats.gib(r.peak_memory_device_bytes)} on the device)" if r.peak_memory_device_bytes else ""
+    return formats.gib(r.peak_memory_bytes) + held
+
+
+def _mfu(r: Row) -> str:
+    # Over the peak of the precision the matmuls ran in.
+    return formats.percent(r.mfu) + (f" ({r.mfu_precision})" if r.mfu is not None and r.mfu_precision else "")
+
+
+DETAIL: tuple[Column, ...] = (
+    ("cell", _cell),
+    ("status", _status),
+    ("judged by", lambda r: r.definition or "-"),
+    ("measured", formats.measured),
+    ("per device", lambda r: formats.number(r.measured_per_device)),
+    # Every definition the trainer recorded, beside the one the verdict used.
+    ("after warm-up", lambda r: formats.number(r.measured_after_warmup)),
+    ("whole run", lambda r: formats.number(r.measured_whole_run)),
+    ("GaudiTrainer formula", lambda r: formats.number(r.measured_gaudi_trainer)),
+    ("published per device", formats.published),
+    ("compared", lambda r: r.normalization or "-"),
+    ("measured / published", lambda r: formats.ratio(r.ratio_per_device)),
+    ("verdict", formats.verdict),
+    ("speedup vs baseline (measured vs published)", formats.speedup),
+    ("speedup verdict", formats.speedup_verdict),
+    ("nodes", lambda r: str(r.nodes or "-")),
+    # Per device over the single-node run of the same cell in this session (1.0: linear).
+    ("scaling efficiency", lambda r: formats.number(r.scaling_efficiency)),
+    ("MFU", _mfu),
+    ("samples/J", lambda r: formats.number(r.samples_per_joule, 3)),
+    ("step time p50 / p90 / p99", formats.step_times),
+    ("wall time", lambda r: formats.seconds(r.wall_time_s)),
+    ("peak memory", _peak_memory),
+)
 
 
 def _utc(text: str | None) -> str:
@@ -90,18 +70,31 @@ def _utc(text: str | None) -> str:
     return found.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if found else text or "-"
 
 
-def provenance(r: Row) -> list[str]:
-    return [
-        r.cell_id or "-",
-        _utc(r.started_at),
-        f"{r.device_name or '-'} x{r.world_size or '-'}",
-        (r.image_id or "-")[:19],
-        r.kit_revision or "-",
-        r.recipe_hash or "-",
-        r.torch or "-",
-        r.transformers or "-",
-        r.timm or "-",
-    ]
+PROVENANCE: tuple[Column, ...] = (
+    ("cell", _cell),
+    ("started (UTC)", lambda r: _utc(r.started_at)),
+    ("device", lambda r: f"{r.device_name or '-'} x{r.world_size or '-'}"),
+    ("image", lambda r: (r.image_id or "-")[:19]),
+    ("kit revision", lambda r: r.kit_revision or "-"),
+    ("recipe hash", lambda r: r.recipe_hash or "-"),
+    ("torch", lambda r: r.torch or "-"),
+    ("transformers", lambda r: r.transformers or "-"),
+    ("timm", lambda r: r.timm or "-"),
+)
+
+
+def headers(columns: tuple[Column, ...]) -> list[str]:
+    return [header for header, _ in columns]
+
+
+def values(columns: tuple[Column, ...], r: Row) -> list[str]:
+    """A row as a table of `columns` shows it, a value per header."""
+    return [shown(r) for _, shown in columns]
+
+
+def block(columns: tuple[Column, ...], rows: list[Row]) -> Block:
+    """A table of `columns`, a line per row; its first column (the cell) is never broken."""
+    return Block("table", headers=headers(columns), rows=[values(columns, r) for r in rows], nowrap=(0,))
 
 
 def publication_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
@@ -154,29 +147,23 @@ def publication_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return headers, body
 
 
-SUMMARY_HEADERS = [
-    "cell",
-    "status",
-    "per device",
-    "published per device",
-    "measured / published",
-    "speedup (measured vs published)",
-    "verdict",
-]
-
-
-def summary(r: Row) -> list[str]:
-    return [
-        r.cell_id or "-",
-        r.status or "-",
+def _per_device(r: Row) -> str:
+    return (
         f"{formats.number(r.measured_per_device)} {r.unit or ''}".strip()
         if r.measured_per_device is not None
-        else "-",
-        formats.published_per_device(r),
-        formats.ratio(r.ratio_per_device),
-        formats.speedup(r),
-        formats.verdict_sentence(r),
-    ]
+        else "-"
+    )
+
+
+SUMMARY: tuple[Column, ...] = (
+    ("cell", _cell),
+    ("status", _status),
+    ("per device", _per_device),
+    ("published per device", formats.published_per_device),
+    ("measured / published", lambda r: formats.ratio(r.ratio_per_device)),
+    ("speedup (measured vs published)", formats.speedup),
+    ("verdict", formats.verdict_sentence),
+)
 
 
 def cell_details(r: Row) -> Block:
@@ -185,5 +172,5 @@ def cell_details(r: Row) -> Block:
         "details",
         f"{r.cell_id or '-'}: {formats.verdict_sentence(r)}",
         headers=["column", "value"],
-        rows=[[h, v] for h, v in zip(DETAIL_HEADERS, _detail(r), strict=True)],
+        rows=[[h, v] for h, v in zip(headers(DETAIL), values(DETAIL, r), strict=True)],
     )
