@@ -48,7 +48,7 @@ RECIPE ?= all
 reproduce: $(VENV)/.reproduce  ## rerun every recipe (RECIPE=name for one) at the scale that fits this machine
 	$(INV) reproduce $(RECIPE) $(ARGS)
 
-images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (ACCELERATOR=cuda|gaudi2|cpu)
+images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (ACCELERATOR: a folder of accelerators/, or auto)
 	$(INV) build --accelerator $${ACCELERATOR:-auto} $(ARGS)
 
 # The suite on WORKERS processes (pytest-xdist; WORKERS=0 runs it in this process); a file's tests of one

@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     rehearse.add_argument(
         "--keep", type=Path, help="keep the rehearsal's folder here (default: a temporary one)"
     )
+    rehearse.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="rehearsals at once, each taking whole trainers (default: one per trainer, at most 4)",
+    )
     run = commands.add_parser("run", help="run a slice on this node (scripts/barenode/run.py starts it)")
     run.add_argument("slice")
     run.add_argument("--out", type=Path, required=True, help="what comes back: rows, checks, log, archive")
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             from reprokit.barenode import rehearsal
 
             names = args.slices or list(slices.load(args.slices_file).slices)
-            rehearsal.rehearse(names, args.keep, args.slices_file)
+            rehearsal.rehearse(names, args.keep, args.slices_file, jobs=args.jobs)
             return 0
         from reprokit.barenode import runner
 

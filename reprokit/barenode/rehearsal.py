@@ -24,6 +24,8 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import ReprokitError, RunFailed
 
 GIB = 2**30
+# Rehearsals at once by default: one per trainer (their device steps differ in cost by 2x at most).
+MAX_JOBS = 4
 
 
 @dataclass
@@ -55,16 +57,16 @@ def rehearse(
     scratch: Path | None = None,
     slices_file: Path = slices.SLICES_FILE,
     workers_cap: int = 2,
+    jobs: int = 0,
 ) -> list[Rehearsed]:
     """Rehearse the cells of the slices `names`; raises RunFailed (after the table) when a cell failed
-    or would not fit."""
+    or would not fit. `jobs`: rehearsals at once (0: one per trainer, at most MAX_JOBS), each taking
+    whole trainers, so that the cells of one trainer that share a device step still share it."""
     with tempfile.TemporaryDirectory(prefix="reprokit-rehearsal-") as temporary:
         where = scratch or Path(temporary)
         where.mkdir(parents=True, exist_ok=True)
         lines = cell_lines(names, where / "runs", slices_file)
-        cells_file, out = where / "cells.jsonl", where / "rehearsal.jsonl"
-        files.write_text(cells_file, "".join(json.dumps(line) + "\n" for line in lines))
-        out.unlink(missing_ok=True)
+        groups = _groups(lines, jobs or MAX_JOBS)
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
@@ -78,28 +80,40 @@ def rehearse(
         env.pop("REPROKIT_ACCELERATOR", None)
         console.print(
             f"Rehearsing {len(lines)} cells of slice(s) {', '.join(names)} on the CPU (fake device)"
+            + (f", {len(groups)} at once" if len(groups) > 1 else "")
         )
-        command = [
-            sys.executable,
-            "-m",
-            "reprokit_trainers.rehearsal",
-            str(cells_file),
-            "--out",
-            str(out),
-            "--scratch",
-            str(where),
-            "--workers-cap",
-            str(workers_cap),
-        ]
         # Each failed cell's traceback goes to rehearsal.log (kept with --keep); its one line to the table.
         (where / "rehearsal.log").unlink(missing_ok=True)  # this rehearsal's alone (a link there: removed)
+        started = []
+        for number, group in enumerate(groups):
+            cells_file, out = where / f"cells-{number}.jsonl", where / f"rehearsal-{number}.jsonl"
+            files.write_text(cells_file, "".join(json.dumps(line) + "\n" for line in group))
+            out.unlink(missing_ok=True)
+            command = [sys.executable, "-m", "reprokit_trainers.rehearsal", str(cells_file), "--out", str(out),
+                       "--scratch", str(where), "--workers-cap", str(workers_cap)]  # fmt: skip
+            log = files.open_append(where / f"rehearsal-{number}.log")
+            started.append((subprocess.Popen(command, env=env, stdout=sys.stdout, stderr=log), log, out))
+        codes = []
+        for process, log, _ in started:
+            codes.append(process.wait())
+            log.close()
+        by_id = {}
+        for _, _, out in started:
+            for text in out.read_text().splitlines() if out.exists() else []:
+                by_id[json.loads(text)["cell_id"]] = json.loads(text)
+        # One log and one results file, in the slices' order, as a single rehearsal writes them.
         with files.open_append(where / "rehearsal.log") as log:
-            done = subprocess.run(command, env=env, stdout=sys.stdout, stderr=log)
-        results = [json.loads(text) for text in out.read_text().splitlines()] if out.exists() else []
+            for number in range(len(groups)):
+                part = where / f"rehearsal-{number}.log"
+                log.write(part.read_bytes())
+                part.unlink()
+        results = [by_id[line["cell_id"]] for line in lines if line["cell_id"] in by_id]
+        files.write_text(where / "rehearsal.jsonl", "".join(json.dumps(r) + "\n" for r in results))
         if len(results) < len(lines):
             tail = (where / "rehearsal.log").read_text().strip().splitlines()[-1:] or ["no output"]
             raise ReprokitError(
-                f"the rehearsal stopped after {len(results)} of {len(lines)} cells (exit {done.returncode}): {tail[0]}"
+                f"the rehearsal stopped after {len(results)} of {len(lines)} cells "
+                f"(exit {max(codes, key=abs)}): {tail[0]}"
             )
     found = [Rehearsed(*r["cell_id"].split("/", 1), r) for r in results]
     print_table(found)
@@ -111,6 +125,18 @@ def rehearse(
             + "; ".join(f"{r.slice}/{r.cell_id}: {_why(r.result)}" for r in bad[:3])
         )
     return found
+
+
+def _groups(lines: list[dict[str, Any]], jobs: int) -> list[list[dict[str, Any]]]:
+    """The cells split into at most `jobs` rehearsals, whole trainers each (a device step is shared only
+    within one), the trainers with the most cells first, each to the rehearsal with the fewest."""
+    by_trainer: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_trainer.setdefault(line["trainer"], []).append(line)
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(max(1, min(jobs, len(by_trainer))))]
+    for cells in sorted(by_trainer.values(), key=len, reverse=True):
+        min(groups, key=len).extend(cells)
+    return [group for group in groups if group]
 
 
 def versions_line() -> str:
