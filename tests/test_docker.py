@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -444,8 +445,9 @@ def _lock_with(tmp_path, monkeypatch, pin: str, hashes: list[str]):
     profile = accelerators.get("cpu")
     line = f"{pin}" + "".join(f" --hash=sha256:{h}" for h in hashes)
     text = re.sub(rf"^{name}==.*$", line, profile.lock_file.read_text(), flags=re.M)
-    # A lock of its own: no layer an earlier test run built from the same lock is reused.
-    text += f"# {tmp_path}\n"
+    # A lock of its own: no layer an earlier test run built from the same lock is reused (the temporary
+    # folder's name alone repeats where pytest's numbering starts again).
+    text += f"# {tmp_path} {uuid.uuid4().hex}\n"
     folder = shutil.copytree(profile.folder, tmp_path / f"cpu-{pin}")
     (folder / "lock.txt").write_text(text)
     return profile.model_copy(update={"folder": folder})
