@@ -356,7 +356,7 @@ def _latest(tmp_path: Path) -> Path:
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("cluster")
-def test_a_node_slowed_by_a_cpu_hog_is_named_and_the_same_run_unslowed_passes(tmp_path):
+def test_a_node_slowed_by_a_cpu_quota_is_named_and_the_same_run_unslowed_passes(tmp_path):
     recipe = _vit_fleet_recipe(tmp_path)
     # n1's jobs get a fifth of a CPU at most: a gap far beyond 25%. --min-gap 0.25 keeps this machine's
     # other work (the rest of the suite) from making an unslowed node slow.
