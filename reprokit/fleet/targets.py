@@ -85,11 +85,9 @@ def devices(accelerator: str) -> list[Target]:
             f"({', '.join(n for n, p in accelerators.profiles().items() if p.devices and p.devices.visible_env)})"
         )
     listed = listing.devices_here(accelerator)  # raises, in one line, where it cannot list
-    lines = listing.run_tool(profile.devices.command).stdout.splitlines()
-    found = [(line, m) for line in lines if (m := re.search(profile.devices.device, line))]
     targets = []
-    for index, (line, match) in enumerate(found[: listed.count]):
-        identity = {"index": str(index), "model": match.groupdict().get("model") or line.strip()}
+    for index, (line, model) in enumerate(zip(listed.lines, listed.models, strict=True)):
+        identity = {"index": str(index), "model": model}
         uuid = UUID.search(line)
         if uuid:
             identity["uuid"] = uuid.group(1)

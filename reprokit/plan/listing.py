@@ -25,6 +25,8 @@ class Devices:
     accelerator: str
     models: tuple[str, ...]
     partitions: int = 0
+    # Each device's line as the listing printed it, in its order (the index its visibility variable takes).
+    lines: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -161,16 +163,18 @@ def devices_here(name: str) -> Devices:
             name, f"`{listing.command}` exited {done.returncode}{': ' + said[-1].strip() if said else ''}"
         )
     models: list[str] = []
+    lines: list[str] = []
     partitions = 0
     for line in done.stdout.splitlines():
         found = re.search(listing.device, line)
         if found:
             models.append(found.groupdict().get("model") or line.strip())
+            lines.append(line)
         elif listing.partition and re.search(listing.partition, line):
             partitions += 1
     if not models:
         raise CannotCount(name, f"`{listing.command}` lists none")
-    return Devices(name, tuple(models), partitions)
+    return Devices(name, tuple(models), partitions, tuple(lines))
 
 
 def device_count(name: str) -> int:

@@ -31,11 +31,24 @@ def run(engine: Any, reference: str, argv: list[str], **options: Any) -> tuple[b
     whether it was kept from an earlier run of the same command in the same image."""
     image_id = engine.images.get(reference).id
     key = json.dumps({"image": image_id, "argv": argv, "options": options}, sort_keys=True)
-    kept = folder() / hashlib.sha256(key.encode()).hexdigest()
-    with contextlib.suppress(OSError):
-        return kept.read_bytes(), True
+    path = folder() / hashlib.sha256(key.encode()).hexdigest()
+    before = kept(path)
+    if before is not None:
+        return before, True
     output = engine.containers.run(reference, argv, remove=True, **options)
-    with contextlib.suppress(OSError, ReprokitError):
-        files.make_dir(kept.parent)
-        files.write_bytes(kept, output)
+    keep(path, output)
     return output, False
+
+
+def kept(path: Path) -> bytes | None:
+    """An answer kept at `path`, or None (none kept, or it cannot be read)."""
+    with contextlib.suppress(OSError):
+        return path.read_bytes()
+    return None
+
+
+def keep(path: Path, answer: bytes) -> None:
+    """`answer` kept at `path`; where it cannot be written, nothing is kept and nothing is said."""
+    with contextlib.suppress(OSError, ReprokitError):
+        files.make_dir(path.parent)
+        files.write_bytes(path, answer)

@@ -12,15 +12,12 @@ imports for real. A kept answer that cannot be written costs the next run a Pyth
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
-from reprokit.contract import files
-from reprokit.contract.errors import ReprokitError
 from reprokit.preflight import imagereads
 
 # Variables that change what a native extension loads (CUDA, ROCm, Habana libraries) or where Python looks.
@@ -77,12 +74,12 @@ def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
 
 
 def kept(name: str) -> str | None:
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        return (folder() / name).read_text()
-    return None
+    answer = imagereads.kept(folder() / name)
+    try:
+        return None if answer is None else answer.decode()
+    except UnicodeDecodeError:  # not what keep() wrote: asked again
+        return None
 
 
 def keep(name: str, output: str) -> None:
-    with contextlib.suppress(OSError, ReprokitError):
-        files.make_dir(folder())
-        files.write_bytes(folder() / name, output.encode())
+    imagereads.keep(folder() / name, output.encode())
