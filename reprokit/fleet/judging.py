@@ -96,10 +96,15 @@ def against_others(value: float, others: list[float], rule: Rule) -> tuple[float
     beyond which it is slow); None where there are no others."""
     if not others:
         return None
-    median = statistics.median(others)
-    mad = statistics.median([abs(x - median) for x in others])
-    threshold = max(rule.k * NORMAL_MAD * mad / median, rule.min_gap)
-    return median, mad, (median - value) / median, threshold
+    median, mad, gap = spread(others, rule)
+    return median, mad, (median - value) / median, gap / median
+
+
+def spread(values: list[float], rule: Rule) -> tuple[float, float, float]:
+    """(the values' median, their MAD, the rule's gap below that median, in the values' unit)."""
+    median = statistics.median(values)
+    mad = statistics.median([abs(x - median) for x in values])
+    return median, mad, max(rule.k * NORMAL_MAD * mad, rule.min_gap * median)
 
 
 def _rate(row: Row) -> float | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from rich.table import Table
 from reprokit import schemas
 from reprokit.contract import files
 from reprokit.contract.textsafe import html, line, markup
-from reprokit.fleet.judging import FAILED, PASS, SLOW, NodeVerdict, Rule
+from reprokit.fleet.judging import FAILED, PASS, SLOW, NodeVerdict, Rule, spread
 from reprokit.fleet.pairs import PairVerdict
 from reprokit.fleet.targets import NODE
 
@@ -53,9 +52,7 @@ class Acceptance:
         rates = [v.measured for v in self.verdicts if v.measured is not None]
         if not rates:
             return None
-        median = statistics.median(rates)
-        mad = statistics.median([abs(x - median) for x in rates])
-        gap = max(self.rule.k * 1.4826 * mad, self.rule.min_gap * median)
+        median, _, gap = spread(rates, self.rule)
         return median, median - gap, median + gap
 
     def to_json(self) -> dict[str, Any]:
