@@ -100,7 +100,8 @@ def rehearse(
         by_id = {}
         for _, _, out in started:
             for text in out.read_text().splitlines() if out.exists() else []:
-                by_id[json.loads(text)["cell_id"]] = json.loads(text)
+                result = json.loads(text)
+                by_id[result["cell_id"]] = result
         # One log and one results file, in the slices' order, as a single rehearsal writes them.
         with files.open_append(where / "rehearsal.log") as log:
             for number in range(len(groups)):
