@@ -101,6 +101,11 @@ class RunOptions:
         "print what would run and the preflight's quick checks of it (no steps), and run nothing; exits 3 "
         "where they would refuse a cell",
     )
+    reference: str = _opt(
+        None,
+        "judge against this release's figures (its id or release, as `inv show RECIPE` lists them; default: "
+        "the publication's)",
+    )
     quiet: bool = _opt(False, "print only the result and errors: no progress bars, no messages")
     profile: bool = _opt(
         False,
@@ -248,4 +253,5 @@ def request(names: list[str], options: RunOptions, site: settings.Settings) -> R
         repeat=count("--repeat", options.repeat, "how many times to run each cell", MAX_REPEAT, REPEAT_WHY)
         or 1,
         profile=bool(options.profile),
+        reference=options.reference or None,
     )

@@ -33,7 +33,7 @@ from reprokit.contract import trainers
 from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.judge import other_devices
+from reprokit.judge import other_devices, releases
 from reprokit.plan import cells, listing, recipes
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
@@ -91,21 +91,24 @@ def _recipe_json(recipe) -> dict:
             }
             for v in recipe.variants
         ],  # fmt: skip
+        "references": _releases_json(recipe),
     }
 
 
 @options_task(
-    ("accelerator", "scale", "variant", "devices", "recipes"),
+    ("accelerator", "scale", "variant", "devices", "recipes", "reference"),
     defaults={"scale": "published"},
     extra={"json_": (False, "print the recipe and its cells as JSON")},
 )
 @friendly
 def show(c, recipe, options: RunOptions, json_=False):
-    """Show a recipe's resolved cells: the trainer arguments, devices and published references."""
+    """Show a recipe's resolved cells: the trainer arguments, devices and published references, and
+    every release it has figures of (what --reference picks)."""
     options, _ = with_settings(options)
     loaded = recipes.load(recipe)
     chosen = listing.resolve(options.accelerator).name
     scale = choose_scale(options.scale, chosen)
+    release = cells.release_for({loaded.name: loaded}, options.reference)[loaded.name]
     found = cells.expand(
         loaded,
         recipe,
@@ -113,6 +116,7 @@ def show(c, recipe, options: RunOptions, json_=False):
         scale,
         options.variant or None,
         count("--devices", options.devices, "devices per node"),
+        release=release,
     )
     if not found:
         raise ReprokitError(cells.nothing_to_run(loaded, chosen, scale, options.variant or None))
@@ -127,6 +131,7 @@ def show(c, recipe, options: RunOptions, json_=False):
             "published_commands": [c.model_dump() for c in loaded.published_commands],
             "assumptions": loaded.assumptions,
             "warnings": loaded.warnings,
+            "references": _releases_json(loaded),
             "cells": [c_.to_json() for c_ in found],
         }
         print(json.dumps(payload, indent=2))
@@ -139,6 +144,7 @@ def show(c, recipe, options: RunOptions, json_=False):
                 f"warning: trainer module {loaded.trainer_module} is not on this machine: an image must have it"
             )
         )
+    _print_releases(loaded, release)
     for cell in found:
         print()
         print(
@@ -150,6 +156,8 @@ def show(c, recipe, options: RunOptions, json_=False):
                 if "value" in ref
                 else f"{ref['ratio']}x"
             )
+            if ref.get("release"):
+                what += f", {releases.said(ref)}"
             print(line(f"  published: {what}" + (f"  ({ref['note']})" if ref.get("note") else "")))
         if not any("value" in ref for ref in cell.references):  # nothing published for this accelerator
             world = cell.devices * cell.nodes
@@ -161,6 +169,45 @@ def show(c, recipe, options: RunOptions, json_=False):
             print(line(f"  note: {note}"))
         # Shell words are quoted (render/shell_values.py); a control character in one is shown, never sent.
         print("  " + " \\\n    ".join(line(word) for word in cells.shell_args(cell.argv())))
+
+
+def _releases_json(recipe) -> list[dict]:
+    """Each release the recipe has figures of, with its figures (variant, device, devices, value)."""
+    found = []
+    for release_id, figures in recipe.releases().items():
+        first = figures[0] if figures else None
+        found.append(
+            {
+                "id": release_id,
+                "release": first.release if first else None,
+                "date": first.date if first else None,
+                "commit": first.commit if first else None,
+                "figures": [
+                    {"variant": v.name, "device": r.device, "devices": r.devices, "value": r.value}
+                    for v in recipe.variants
+                    for r in v.references
+                    if r.release_id == release_id and r.value is not None
+                ],
+            }
+        )
+    return found
+
+
+def _print_releases(recipe, chosen: str | None) -> None:
+    """The releases a user can judge against (--reference), the one in use marked."""
+    found = _releases_json(recipe)
+    if len(found) < 2:
+        return  # the publication's figures alone: nothing to pick
+    print(line(f"references by release (--reference ID; judged against: {chosen or found[0]['id']}):"))
+    for item in found:
+        figures = ", ".join(
+            f"{f['value']} on {f['devices']} {f['device']} ({f['variant']})" for f in item["figures"]
+        )
+        if item["release"]:
+            what = f"{item['release']}, {item['date']}, {(item['commit'] or '')[:9]}"
+        else:
+            what = f"the publication's figures ({recipe.publication.source}; the default)"
+        print(line(f"  {item['id']}: {what}" + (f": {figures}" if item["release"] else "")))
 
 
 # ---------------------------------------------------------------------------------------------

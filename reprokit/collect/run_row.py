@@ -16,7 +16,7 @@ from reprokit.contract import records, sessions
 from reprokit.contract.bounded import Malformed
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.textsafe import line
-from reprokit.judge import verdicts
+from reprokit.judge import releases, verdicts
 from reprokit.judge.result_row import Row, measured_columns
 from reprokit.plan import accelerators
 
@@ -150,7 +150,7 @@ def _judged(judged: verdicts.Judgement) -> dict[str, Any]:
         "reference": reference.get("value"),
         "reference_devices": verdicts.total_devices(reference) if judged.reference else None,
         "reference_per_device": judged.reference_per_device,
-        "reference_source": reference.get("source"),
+        "reference_source": _source(reference),
         "normalization": judged.normalization,
         "ratio_per_device": judged.ratio,
         "verdict": judged.verdict,
@@ -158,6 +158,14 @@ def _judged(judged: verdicts.Judgement) -> dict[str, Any]:
         "quality_departures": "; ".join(verdicts.beside(judged.departures)) or None,
         "departures": judged.departures,
     }
+
+
+def _source(reference: dict[str, Any]) -> str | None:
+    """Where the judged figure comes from, and for a release's figure (--reference) that release."""
+    source = reference.get("source")
+    if not reference.get("release"):
+        return source
+    return "; ".join(x for x in (source, releases.said(reference)) if x)
 
 
 def _ran(record: records.RunRecord, run_dir: Path) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def _references(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 raise ValueError(f"a published figure's {key} is {found!r}, not a count")
         if ref.get("value") is not None and not isinstance(ref.get("device"), str):
             raise ValueError("a published figure names no device")
-        for key in ("device", "definition", "source", "note"):
+        for key in ("device", "definition", "source", "note", "id", "release", "commit", "date"):
             if ref.get(key) is not None:
                 _typed(ref[key], (str,), f"a published figure's {key}")
     return value

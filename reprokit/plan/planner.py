@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, listing, recipes
-from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
+from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run, release_for
 from reprokit.plan.data import resolve as resolve_data
 from reprokit.plan.request import Request
 
@@ -114,6 +114,12 @@ def plan(request: Request, choose: Choose, *, fit_devices: bool = True) -> Plan:
     loaded = recipes.load_unique(request.recipes or recipes.available())
     names = list(loaded)
     real_data = resolve_data(list(loaded.values()), request.data)
+    releases = release_for(loaded, request.reference)
+    messages.extend(
+        f"note: recipe {name} has no figures of release {request.reference}: its cells are judged against none"
+        for name, recipe in loaded.items()
+        if request.reference and recipe.release_named(request.reference) is None
+    )
     found: list[Cell] = []
     empty: list[str] = []
     for name in names:
@@ -146,6 +152,7 @@ def plan(request: Request, choose: Choose, *, fit_devices: bool = True) -> Plan:
                     again,
                     real_data,
                     request.profile,
+                    releases[name],
                 ):
                     cell.repeat, cell.repeats = repeat, request.repeat
                     cell.series_id = cell_id(cell.recipe, cell.variant, suffix)

@@ -16,6 +16,8 @@ SCALES = ("published", "smoke")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # A kit trainer by name (reprokit_trainers.<name>), or a dotted module path of the user's own.
 TRAINER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# The references a cell is judged against unless --reference picks a release's: the publication's own.
+PUBLICATION = "publication"
 
 
 class Strict(BaseModel):
@@ -85,6 +87,22 @@ class Reference(Strict):
     definition: Definition = Field(description="what the published figure counts (definitions.DEFINITIONS)")
     source: str | None = Field(default=None, description="where the figure is published, and which version")
     note: str | None = None
+    # A figure beyond the publication's own: one software release's, picked with --reference ID.
+    id: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="the release this figure belongs to, as --reference picks it (none: the publication's "
+        f"figure, --reference {PUBLICATION}, the default)",
+    )
+    release: str | None = Field(
+        default=None,
+        description="the software release the figure was measured on (e.g. 'SynapseAI 1.15.0, optimum-habana "
+        "1.11.0.dev0'), or 'unknown' with the reason in a note",
+    )
+    commit: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{40}$", description="the commit that set the figure"
+    )
+    date: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="that commit's date")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Reference:
@@ -92,7 +110,16 @@ class Reference(Strict):
             raise ValueError("give exactly one of 'value' (absolute) or 'ratio' (speedup over the baseline)")
         if self.value is not None and (self.device is None or self.devices is None):
             raise ValueError("an absolute reference needs 'device' and 'devices'")
+        if self.id is not None and (self.release is None or self.value is None or self.id == PUBLICATION):
+            raise ValueError(
+                f"a reference with an id (a release's figure) needs 'release' and 'value', and an id other "
+                f"than {PUBLICATION!r}"
+            )
         return self
+
+    @property
+    def release_id(self) -> str:
+        return self.id or PUBLICATION
 
 
 # What a trainer records of the software that ran (summary.json `software`), where the choice shows
@@ -256,6 +283,26 @@ class Recipe(Strict):
         published = self.published_software
         return {**published.kernels, **published.accelerators.get(accelerator or "", {}), **variant.software}
 
+    def releases(self) -> dict[str, list[Reference]]:
+        """Every figure by the release it belongs to (its id), the publication's first: what
+        --reference picks from."""
+        found: dict[str, list[Reference]] = {PUBLICATION: []}
+        for variant in self.variants:
+            for reference in variant.references:
+                found.setdefault(reference.release_id, []).append(reference)
+        return found
+
+    def release_named(self, given: str) -> str | None:
+        """The id of the release `given` names (its id, or its release as written, in any case); None
+        where this recipe has none of that name."""
+        wanted = given.strip().casefold()
+        for release_id, figures in self.releases().items():
+            if wanted == release_id.casefold() or any(
+                (r.release or "").casefold() == wanted for r in figures
+            ):
+                return release_id
+        return None
+
     def published_command(self, variant: str) -> PublishedCommand | None:
         return next((c for c in self.published_commands if variant in c.variants), None)
 
@@ -297,6 +344,17 @@ class Recipe(Strict):
                     raise ValueError(
                         f"variant {variant.name!r}: beyond names {variant.beyond!r}, which is not a published variant"
                     )
+        for variant in self.variants:
+            keys = [
+                (r.release_id, r.device, r.devices, r.nodes)
+                for r in variant.references
+                if r.value is not None
+            ]
+            twice = sorted({k[0] for k in keys if keys.count(k) > 1} - {PUBLICATION})
+            if twice:
+                raise ValueError(
+                    f"variant {variant.name!r}: release {twice[0]!r} has two figures for one device and setup"
+                )
         for group in {v.group for v in self.variants}:
             baselines = [v.name for v in self.variants if v.group == group and v.baseline]
             if len(baselines) > 1:

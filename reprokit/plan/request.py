@@ -33,3 +33,5 @@ class Request:
     repeat: int = 1
     # --profile: every cell traces a few steps with torch.profiler.
     profile: bool = False
+    # --reference: the release whose figures judge the cells (an id or its release; None: the publication's).
+    reference: str | None = None

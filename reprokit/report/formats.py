@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from reprokit.contract.textsafe import NAME, TEXT, short
-from reprokit.judge import other_devices, verdicts
+from reprokit.judge import other_devices, releases, verdicts
 from reprokit.judge.result_row import LOCAL, Row
 
 # A row's words that are sentences (shown within TEXT); every other word of it is a name (within NAME).
@@ -104,11 +104,15 @@ def measured(r: Row) -> str:
 
 
 def published(r: Row) -> str:
-    """The published figure per device, and the whole-node figure it comes from; for a cell with no
-    figure on its device, the other devices' figures labelled as theirs (elsewhere)."""
+    """The published figure per device, and the whole-node figure it comes from (and the release it was
+    measured on, for a release's figure); for a cell with no figure on its device, the other devices'
+    figures labelled as theirs (elsewhere)."""
     if r.reference is None:
         return elsewhere(r) or "-"
-    return f"{number(r.reference_per_device)} ({number(r.reference)} on {r.reference_devices} {r.device})"
+    text = f"{number(r.reference_per_device)} ({number(r.reference)} on {r.reference_devices} {r.device})"
+    figure = releases.judged(r.references, r.reference, r.device)
+    # A release's figure (--reference) says which; the publication's own is what a report always judged by.
+    return f"{text}; {releases.said(figure)}" if figure and figure.get("release") else text
 
 
 def published_per_device(r: Row) -> str:

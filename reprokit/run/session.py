@@ -98,6 +98,10 @@ def _conflicts(saved: dict[str, Any], request: Request) -> list[str]:
         )
     if request.profile and not asked.get("profile"):
         found.append("--profile (the session traced nothing)")
+    if request.reference and request.reference != asked.get("reference"):
+        found.append(
+            f"--reference {request.reference} (the session judged against {asked.get('reference') or 'the publication'})"
+        )
     for key in ("devices", "nodes"):
         given = getattr(request, key)
         if given is not None and given != saved.get(key):

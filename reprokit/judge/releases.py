@@ -1,0 +1,29 @@
+"""The release a published figure was measured on, in the words every output uses (`inv show`, the
+report's tables, the terminal table): a figure from a vendor's committed CI baselines names its
+software release, its date and the commit that set it; the publication's own figure names its source.
+Which release judges a cell is chosen when it is planned (`--reference`, plan/cells.release_for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def said(reference: dict[str, Any] | None) -> str:
+    """`release synapse-1.15.0: SynapseAI 1.15.0, optimum-habana 1.11.0.dev0 (2024-03-30, aee789f4f)`, or
+    `the publication's (blog, 2nd version)` for a figure with no release of its own; '' for none."""
+    if not reference:
+        return ""
+    if not reference.get("release"):
+        source = reference.get("source")
+        return f"the publication's ({source})" if source else "the publication's"
+    when = ", ".join(str(x) for x in (reference.get("date"), (reference.get("commit") or "")[:9]) if x)
+    return f"release {reference.get('id') or '?'}: {reference['release']}" + (f" ({when})" if when else "")
+
+
+def judged(
+    references: list[dict[str, Any]], value: float | None, device: str | None
+) -> dict[str, Any] | None:
+    """The figure among a row's references that its verdict used (its value on its device)."""
+    if value is None:
+        return None
+    return next((r for r in references if r.get("value") == value and r.get("device") == device), None)
