@@ -134,6 +134,26 @@ def test_the_fake_device_counts_what_lives_and_its_peak():
     assert device.live.current == 2 * params
 
 
+def test_attentions_softmax_is_counted_in_float32_under_autocast_as_cuda_runs_it():
+    # The first H100 held VOLO-D5 and the ViT's amp cells at 20-36% more than the rehearsal counted:
+    # CUDA's autocast runs softmax (and layer norm, its kind) in float32, the CPU's in half.
+    device = fakedevice.FakeDevice()
+    with device.on():
+        scores = device.put(torch.ones(8, 64, 64))
+        weight = torch.nn.Linear(64, 64)
+        with torch.autocast("cpu", dtype=torch.float16):
+            half = weight(scores)
+            probs = half.softmax(-1)
+            normed = torch.nn.functional.layer_norm(half, (64,))
+            mixed = probs @ half
+        before = device.live.current
+        kept = probs.float()  # no new storage: already float32
+    assert half.dtype == torch.float16
+    assert (probs.dtype, normed.dtype) == (torch.float32, torch.float32)
+    assert mixed.dtype == torch.float16  # matmuls stay in half, as on CUDA
+    assert device.live.current == before and kept.untyped_storage().nbytes() == 8 * 64 * 64 * 4
+
+
 def test_a_cell_over_the_device_does_not_fit_and_says_so():
     memory = fakedevice.estimate(79 * 2**30, {"DDP gradient buckets": 2**30})
     assert not memory["fits"]
