@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from reprokit_trainers.common.measure.devicememory import DeviceMemory
-from reprokit_trainers.common.measure.energy import CounterSource, Unavailable
+from reprokit_trainers.common.measure.energy import CounterSource, unavailable_on, vendor_library
 
 TORCH_DEVICE = "cuda"
 # How a container or a job step is made to see the GPUs (said when a rank sees none).
@@ -20,24 +20,15 @@ DEVICE = "nvml: the whole device (this process is not in NVML's list, e.g. anoth
 
 def nvml_source(devices: list[int | str], nvml: Any = None) -> CounterSource:
     """The GPUs ``devices`` (NVML indices, or UUIDs as torch reports them) through NVML."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            raise Unavailable("nvidia-ml-py is not installed") from None
-    try:
+    nvml = nvml or vendor_library("pynvml", "nvidia-ml-py")
+    with unavailable_on(nvml.NVMLError, "NVML"):
         nvml.nvmlInit()
-    except nvml.NVMLError as error:
-        raise Unavailable(f"NVML: {error}") from None
-    try:
+    with unavailable_on(nvml.NVMLError, "NVML", shutdown=nvml.nvmlShutdown):
         handles = [
             nvml.nvmlDeviceGetHandleByUUID(d) if isinstance(d, str) else nvml.nvmlDeviceGetHandleByIndex(d)
             for d in devices
         ]
         name = nvml.nvmlDeviceGetName(handles[0])
-    except nvml.NVMLError as error:
-        nvml.nvmlShutdown()
-        raise Unavailable(f"NVML: {error}") from None
     name = name.decode() if isinstance(name, bytes) else name
     return CounterSource(
         "NVML",

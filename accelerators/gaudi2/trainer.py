@@ -10,7 +10,13 @@ import shutil
 import subprocess
 from typing import Any
 
-from reprokit_trainers.common.measure.energy import CounterSource, Source, Unavailable
+from reprokit_trainers.common.measure.energy import (
+    CounterSource,
+    Source,
+    Unavailable,
+    unavailable_on,
+    vendor_library,
+)
 
 TORCH_DEVICE = "hpu"
 HL_SMI_INTERVAL_S = 1.0  # hl-smi is a process per reading
@@ -19,23 +25,13 @@ HL_SMI_TIMEOUT_S = 10
 
 def hlml_source(ranks: int, hlml: Any = None) -> CounterSource:
     """The AIPs through pyhlml; Unavailable says why not (not installed, no driver, no AIP)."""
-    if hlml is None:
-        try:
-            import pyhlml as hlml
-        except ImportError:
-            raise Unavailable("pyhlml is not installed") from None
-    try:
+    hlml = hlml or vendor_library("pyhlml", "pyhlml")
+    with unavailable_on(Exception, "pyhlml"):  # pyhlml raises its own errors and OSError (no libhlml)
         hlml.hlmlInit()
-    except Exception as error:  # noqa: BLE001 -- pyhlml raises its own errors and OSError (no libhlml)
-        raise Unavailable(f"pyhlml: {error}") from None
-    try:
+    with unavailable_on(hlml.HLMLError, "pyhlml", shutdown=hlml.hlmlShutdown):
         handles = [hlml.hlmlDeviceGetHandleByIndex(i) for i in range(hlml.hlmlDeviceGetCount())]
-    except hlml.HLMLError as error:
-        hlml.hlmlShutdown()
-        raise Unavailable(f"pyhlml: {error}") from None
-    if not handles:
-        hlml.hlmlShutdown()
-        raise Unavailable("HLML lists no AIP")
+        if not handles:
+            raise Unavailable("HLML lists no AIP")
     return CounterSource(
         "HLML",
         handles,

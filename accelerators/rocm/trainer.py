@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit_trainers.common.measure.devicememory import DeviceMemory
-from reprokit_trainers.common.measure.energy import CounterSource, Unavailable
+from reprokit_trainers.common.measure.energy import CounterSource, Unavailable, unavailable_on
 
 TORCH_DEVICE = "cuda"  # ROCm's torch is CUDA's API over HIP
 MAKE_VISIBLE = "docker --device=/dev/kfd --device=/dev/dri, apptainer --rocm, srun --gpus"
@@ -68,11 +68,9 @@ def _power_mw(smi: Any, handle: Any) -> float:
 def amdsmi_source(bdfs: list[str] | None, ranks: int, smi: Any = None) -> CounterSource:
     """The GPUs at PCI addresses `bdfs` (as torch reports them; None: every GPU AMD SMI lists)."""
     smi = smi or library()
-    try:
+    with unavailable_on(Exception, "amdsmi"):  # AMD SMI raises its own errors and OSError (no libamd_smi)
         smi.amdsmi_init()
-    except Exception as error:  # noqa: BLE001 -- AMD SMI raises its own errors and OSError (no libamd_smi)
-        raise Unavailable(f"amdsmi: {error}") from None
-    try:
+    with unavailable_on(smi.AmdSmiException, "amdsmi", shutdown=smi.amdsmi_shut_down):
         if bdfs is None:
             handles = list(smi.amdsmi_get_processor_handles())
         else:
@@ -80,9 +78,6 @@ def amdsmi_source(bdfs: list[str] | None, ranks: int, smi: Any = None) -> Counte
         if not handles:
             raise Unavailable("AMD SMI lists no GPU")
         name = smi.amdsmi_get_gpu_asic_info(handles[0]).get("market_name", "AMD GPU")
-    except smi.AmdSmiException as error:
-        smi.amdsmi_shut_down()
-        raise Unavailable(f"amdsmi: {error}") from None
     return CounterSource(
         "AMD SMI",
         handles,

@@ -181,6 +181,15 @@ def test_without_amd_smis_library_energy_is_unavailable_and_says_why(rocm, monke
         rocm.amdsmi_source(None, ranks=1)
 
 
+def test_a_node_whose_amd_smi_lists_no_gpu_has_no_energy_source_and_leaves_the_library_shut_down(rocm):
+    from reprokit_trainers.common.measure.energy import Unavailable
+
+    smi = fake_amdsmi([])
+    with pytest.raises(Unavailable, match=r"^AMD SMI lists no GPU$"):
+        rocm.amdsmi_source(None, ranks=8, smi=smi)
+    assert smi.calls == ["init", "shut_down"]
+
+
 def test_the_amd_smi_peak_is_this_process_vram_or_the_whole_gpus_saying_so(rocm):
     gpu = mi300x(
         "0000:0c:00.0", processes=[{"pid": 4242, "memory_usage": {"vram_mem": 9 * 2**30, "gtt_mem": 0}}]

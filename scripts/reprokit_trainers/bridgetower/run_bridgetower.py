@@ -60,6 +60,7 @@ from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.process.args import (
     MfuArguments,
+    arg,
     config_error,
     one_line_errors,
     parse_command_line,
@@ -95,74 +96,56 @@ IGNORE_AT_INFERENCE = ["hidden_states", "attentions"]
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(
-        default="BridgeTower/bridgetower-large-itm-mlm-itc",
-        metadata={"help": "hub id or local path of the checkpoint to fine-tune"},
+    model_name_or_path: str = arg(
+        "BridgeTower/bridgetower-large-itm-mlm-itc", "hub id or local path of the checkpoint to fine-tune"
     )
-    model_revision: str = field(default="main", metadata={"help": "branch, tag or commit of the checkpoint"})
-    model_config_json: str | None = field(
-        default=None,
-        metadata={"help": "BridgeTowerConfig kwargs as JSON (nested text_config / vision_config): the "
-                  "architecture to build with random weights when the checkpoint cannot load, or with --random_init"},
-    )  # fmt: skip
-    random_init: bool = field(
-        default=False, metadata={"help": "build the model from --model_config_json without trying the hub"}
+    model_revision: str = arg("main", "branch, tag or commit of the checkpoint")
+    model_config_json: str | None = arg(None, "BridgeTowerConfig kwargs as JSON (nested text_config / vision_config): the "
+                  "architecture to build with random weights when the checkpoint cannot load, or with --random_init")  # fmt: skip
+    random_init: bool = arg(False, "build the model from --model_config_json without trying the hub")
+    tokenizer_name: str | None = arg(None, "tokenizer, if not the model's")
+    cache_dir: str | None = arg(
+        None,
+        "where hub downloads and datasets are cached; given, the dataset and the checkpoint load from it "
+        "(read through a writable view when it is read-only) or the run stops: nothing replaces them",
     )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer, if not the model's"})
-    cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "where hub downloads and datasets are cached; given, the dataset and the checkpoint load from it "
-            "(read through a writable view when it is read-only) or the run stops: nothing replaces them"
-        },
+    token: str | None = arg(None, "hub token for gated or private repositories")
+    trust_remote_code: bool = arg(
+        False, "run the dataset's loading script (the pinned revision has one; needs datasets < 4)"
     )
-    token: str | None = field(default=None, metadata={"help": "hub token for gated or private repositories"})
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "help": "run the dataset's loading script (the pinned revision has one; needs datasets < 4)"
-        },
-    )
-    use_fast_tokenizer: bool = field(default=True, metadata={"help": "use the tokenizers-backed tokenizer"})
-    freeze_vision_model: bool = field(default=False, metadata={"help": "do not train the vision encoder"})
-    freeze_text_model: bool = field(default=False, metadata={"help": "do not train the text encoder"})
-    freeze_text_pooler: bool = field(
-        default=True,
-        metadata={"help": "drop the text pooler, which the contrastive loss never uses (as published)"},
+    use_fast_tokenizer: bool = arg(True, "use the tokenizers-backed tokenizer")
+    freeze_vision_model: bool = arg(False, "do not train the vision encoder")
+    freeze_text_model: bool = arg(False, "do not train the text encoder")
+    freeze_text_pooler: bool = arg(
+        True, "drop the text pooler, which the contrastive loss never uses (as published)"
     )
 
 
 @dataclass
 class DataTrainingArguments:
-    dataset_name: str | None = field(default=None, metadata={"help": "hub dataset id"})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "dataset configuration"})
-    dataset_revision: str = field(default="main", metadata={"help": "branch, tag or commit of the dataset"})
-    data_dir: str | None = field(default=None, metadata={"help": "data_dir passed to load_dataset"})
-    image_column: str = field(default="image", metadata={"help": "column with the images (or their paths)"})
-    caption_column: str = field(default="image_description", metadata={"help": "column with the captions"})
-    max_seq_length: int = field(default=128, metadata={"help": "captions are padded and truncated to this"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many train rows"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many eval/test rows"})
-    overwrite_cache: bool = field(default=False, metadata={"help": "redo the cached tokenization"})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenizing"})
-    mediapipe_dataloader: bool = field(
-        default=False,
-        metadata={
-            "help": "Gaudi only: decode and resize the dataset's JPEG files on the HPU (optimum-habana's "
-            "HabanaDataloaderTrainer, from the gaudi2 image's vendor files); anything else is a one-line error"
-        },
+    dataset_name: str | None = arg(None, "hub dataset id")
+    dataset_config_name: str | None = arg(None, "dataset configuration")
+    dataset_revision: str = arg("main", "branch, tag or commit of the dataset")
+    data_dir: str | None = arg(None, "data_dir passed to load_dataset")
+    image_column: str = arg("image", "column with the images (or their paths)")
+    caption_column: str = arg("image_description", "column with the captions")
+    max_seq_length: int = arg(128, "captions are padded and truncated to this")
+    max_train_samples: int | None = arg(None, "use only this many train rows")
+    max_eval_samples: int | None = arg(None, "use only this many eval/test rows")
+    overwrite_cache: bool = arg(False, "redo the cached tokenization")
+    preprocessing_num_workers: int | None = arg(None, "processes for tokenizing")
+    mediapipe_dataloader: bool = arg(
+        False,
+        "Gaudi only: decode and resize the dataset's JPEG files on the HPU (optimum-habana's "
+        "HabanaDataloaderTrainer, from the gaudi2 image's vendor files); anything else is a one-line error",
     )
-    synthetic_data: bool = field(
-        default=False,
-        metadata={
-            "help": "synthesize the data (no hub); also the fallback when it is unreachable (a departure either way)"
-        },
+    synthetic_data: bool = arg(
+        False,
+        "synthesize the data (no hub); also the fallback when it is unreachable (a departure either way)",
     )
-    synthetic_num_train: int = field(default=9792, metadata={"help": "synthetic train rows"})
-    synthetic_num_eval: int = field(default=531, metadata={"help": "synthetic validation rows"})
-    synthetic_num_test: int | None = field(
-        default=None, metadata={"help": "synthetic test rows (default: as eval)"}
-    )
+    synthetic_num_train: int = arg(9792, "synthetic train rows")
+    synthetic_num_eval: int = arg(531, "synthetic validation rows")
+    synthetic_num_test: int | None = arg(None, "synthetic test rows (default: as eval)")
     synthetic_image_width: list[int] = field(
         default_factory=lambda: list(CARTOON_WIDTHS),
         metadata={
@@ -178,14 +161,12 @@ class DataTrainingArguments:
     synthetic_caption_words: list[int] = field(
         default_factory=lambda: [10, 40], metadata={"help": "MIN MAX words per synthetic caption"}
     )
-    synthetic_unique_images: int = field(
-        default=512,
-        metadata={
-            "help": "distinct synthetic cartoons, repeated over the rows as the real splits repeat each cartoon; "
-            "every row still stores and decodes its own bytes"
-        },
+    synthetic_unique_images: int = arg(
+        512,
+        "distinct synthetic cartoons, repeated over the rows as the real splits repeat each cartoon; "
+        "every row still stores and decodes its own bytes",
     )
-    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic data"})
+    synthetic_seed: int = arg(0, "seed of the synthetic data")
 
 
 @dataclass
@@ -197,9 +178,8 @@ class BenchmarkArguments(MfuArguments):
     they are dropped from here (see ``benchmark_arguments_class``).
     """
 
-    throughput_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "steps left out of samples/s (time and samples), as Gaudi's trainer does"},
+    throughput_warmup_steps: int = arg(
+        0, "steps left out of samples/s (time and samples), as Gaudi's trainer does"
     )
     image_pipeline: str = field(
         default="published",
@@ -211,21 +191,16 @@ class BenchmarkArguments(MfuArguments):
             "choices": list(IMAGE_PIPELINES),
         },
     )
-    save_final_model: bool = field(
-        default=False,
-        metadata={"help": "save the fine-tuned model at the end, as published (3.5 GB at full size)"},
+    save_final_model: bool = arg(
+        False, "save the fine-tuned model at the end, as published (3.5 GB at full size)"
     )
-    use_habana: bool = field(default=False, metadata={"help": "Gaudi only: run on HPUs"})
-    use_lazy_mode: bool = field(default=False, metadata={"help": "Gaudi only: lazy mode"})
-    use_hpu_graphs_for_inference: bool = field(
-        default=False, metadata={"help": "Gaudi only: HPU graphs in eval"}
-    )
-    gaudi_config_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "Gaudi only: the Gaudi config, a path relative to this trainer's folder (gaudi_configs/clip.json: "
-            "Habana/clip's switches) or the working directory, an absolute path, or a hub id"
-        },
+    use_habana: bool = arg(False, "Gaudi only: run on HPUs")
+    use_lazy_mode: bool = arg(False, "Gaudi only: lazy mode")
+    use_hpu_graphs_for_inference: bool = arg(False, "Gaudi only: HPU graphs in eval")
+    gaudi_config_name: str | None = arg(
+        None,
+        "Gaudi only: the Gaudi config, a path relative to this trainer's folder (gaudi_configs/clip.json: "
+        "Habana/clip's switches) or the working directory, an absolute path, or a hub id",
     )
     distribution_strategy: str = field(
         default="ddp",

@@ -65,6 +65,7 @@ from reprokit_trainers.common.process.args import (
     HOST_SYNCS,
     ZERO_GRADS,
     DeviceArguments,
+    arg,
     one_line_errors,
     parse_command_line,
 )
@@ -84,98 +85,75 @@ SHARDINGS = ("ddp", "fsdp")
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(
-        default="pycls-vit-b16", metadata={"help": "pycls-vit-<size>; the size is taken from the name"}
+    model_name_or_path: str = arg("pycls-vit-b16", "pycls-vit-<size>; the size is taken from the name")
+    model_revision: str | None = arg(None, "recorded only (no hub checkpoint)")
+    model_size: str | None = arg(None, "tiny | b16 | l16 (default: from model_name_or_path)")
+    model_config_json: str | None = arg(
+        None, 'architecture overrides, e.g. \'{"n_layers": 2, "hidden_d": 64}\''
     )
-    model_revision: str | None = field(default=None, metadata={"help": "recorded only (no hub checkpoint)"})
-    model_size: str | None = field(
-        default=None, metadata={"help": "tiny | b16 | l16 (default: from model_name_or_path)"}
+    classifier: str = arg("token", "token | pooled (pycls VIT.CLASSIFIER_TYPE)")
+    layout: str = arg("batch_first", "batch_first | batch_second")
+    attention: str = arg(
+        "math",
+        "math (bmm, softmax, bmm: pycls's 2022 nn.MultiheadAttention) | mha (torch 2's "
+        "nn.MultiheadAttention: fused SDPA) | sdpa (F.scaled_dot_product_attention called directly)",
     )
-    model_config_json: str | None = field(
-        default=None, metadata={"help": 'architecture overrides, e.g. \'{"n_layers": 2, "hidden_d": 64}\''}
-    )
-    classifier: str = field(default="token", metadata={"help": "token | pooled (pycls VIT.CLASSIFIER_TYPE)"})
-    layout: str = field(default="batch_first", metadata={"help": "batch_first | batch_second"})
-    attention: str = field(
-        default="math",
-        metadata={
-            "help": "math (bmm, softmax, bmm: pycls's 2022 nn.MultiheadAttention) | mha (torch 2's "
-            "nn.MultiheadAttention: fused SDPA) | sdpa (F.scaled_dot_product_attention called directly)"
-        },
-    )
-    img_size: int = field(default=224, metadata={"help": "training image size (pycls TRAIN.IM_SIZE)"})
-    num_classes: int = field(default=1000)
+    img_size: int = arg(224, "training image size (pycls TRAIN.IM_SIZE)")
+    num_classes: int = arg(1000)
 
 
 @dataclass
 class DataArguments(imagenet.ImageNetArguments):
-    dataloader_num_workers: int = field(
-        default=10, metadata={"help": "per process (pycls DATA_LOADER.NUM_WORKERS)"}
-    )
-    pin_memory: bool = field(default=True, metadata={"help": "pycls DATA_LOADER.PIN_MEMORY"})
-    augment: str = field(default="AutoAugment", metadata={"help": "AutoAugment | none (pycls TRAIN.AUGMENT)"})
-    input_pipeline: str = field(
-        default="pycls",
-        metadata={
-            "help": "pycls (OpenCV decode, float32 augment, lighting and normalize on the CPU, blocking "
-            "copy: published) | uint8 (Pillow, uint8 batch, normalized on the device, non-blocking copy)"
-        },
+    dataloader_num_workers: int = arg(10, "per process (pycls DATA_LOADER.NUM_WORKERS)")
+    pin_memory: bool = arg(True, "pycls DATA_LOADER.PIN_MEMORY")
+    augment: str = arg("AutoAugment", "AutoAugment | none (pycls TRAIN.AUGMENT)")
+    input_pipeline: str = arg(
+        "pycls",
+        "pycls (OpenCV decode, float32 augment, lighting and normalize on the CPU, blocking "
+        "copy: published) | uint8 (Pillow, uint8 batch, normalized on the device, non-blocking copy)",
     )
 
 
 @dataclass
 class TrainArguments:
     output_dir: str = field(metadata={"help": "the run directory"})
-    per_device_train_batch_size: int = field(default=70, metadata={"help": "images per device per step"})
-    amp: str = field(default="no", metadata={"help": "no | fp16 | bf16 | pure_fp16"})
-    optimizer: str = field(default="adamw", metadata={"help": "adamw (pycls's ViT configs) | sgd"})
-    optimizer_impl: str = field(default="loop", metadata={"help": "loop | foreach | fused"})
-    learning_rate: float = field(default=1e-3, metadata={"help": "pycls OPTIM.BASE_LR"})
-    weight_decay: float = field(
-        default=0.24, metadata={"help": "0 on biases and LayerNorms, as pycls's configs"}
+    per_device_train_batch_size: int = arg(70, "images per device per step")
+    amp: str = arg("no", "no | fp16 | bf16 | pure_fp16")
+    optimizer: str = arg("adamw", "adamw (pycls's ViT configs) | sgd")
+    optimizer_impl: str = arg("loop", "loop | foreach | fused")
+    learning_rate: float = arg(1e-3, "pycls OPTIM.BASE_LR")
+    weight_decay: float = arg(0.24, "0 on biases and LayerNorms, as pycls's configs")
+    adam_beta1: float = arg(0.9)
+    adam_beta2: float = arg(0.999)
+    adam_epsilon: float = arg(1e-8)
+    momentum: float = arg(0.9, "sgd only")
+    nesterov: bool = arg(True, "sgd only")
+    epochs: int = arg(100, "pycls OPTIM.MAX_EPOCH (the schedule's length)")
+    warmup_epochs: int = arg(5)
+    warmup_factor: float = arg(0.1)
+    min_lr: float = arg(0.005, "pycls OPTIM.MIN_LR: a fraction of the base lr")
+    label_smoothing: float = arg(0.1)
+    sharding: str = arg("ddp", "ddp | fsdp")
+    fsdp_reshard_after_forward: bool = arg(
+        False, "pycls FSDP.RESHARD_AFTER_FW (False in its configs: SHARD_GRAD_OP; True: FULL_SHARD)"
     )
-    adam_beta1: float = field(default=0.9)
-    adam_beta2: float = field(default=0.999)
-    adam_epsilon: float = field(default=1e-8)
-    momentum: float = field(default=0.9, metadata={"help": "sgd only"})
-    nesterov: bool = field(default=True, metadata={"help": "sgd only"})
-    epochs: int = field(default=100, metadata={"help": "pycls OPTIM.MAX_EPOCH (the schedule's length)"})
-    warmup_epochs: int = field(default=5)
-    warmup_factor: float = field(default=0.1)
-    min_lr: float = field(default=0.005, metadata={"help": "pycls OPTIM.MIN_LR: a fraction of the base lr"})
-    label_smoothing: float = field(default=0.1)
-    sharding: str = field(default="ddp", metadata={"help": "ddp | fsdp"})
-    fsdp_reshard_after_forward: bool = field(
-        default=False,
-        metadata={
-            "help": "pycls FSDP.RESHARD_AFTER_FW (False in its configs: SHARD_GRAD_OP; True: FULL_SHARD)"
-        },
+    fsdp_layer_norm_fp32: bool = arg(True, "keep LayerNorms in fp32 under FSDP mixed precision (pycls)")
+    compile: bool = arg(False, "torch.compile the wrapped model")
+    host_sync: str = arg(
+        "every_step",
+        "every_step: as pycls's train_epoch, each step checks the labels (labels.max() < classes), "
+        "computes the top-1/top-5 errors and reads them and the loss, all-reduced over the ranks; "
+        "logging_steps: the loss read only at logging steps (beyond the publication)",
     )
-    fsdp_layer_norm_fp32: bool = field(
-        default=True, metadata={"help": "keep LayerNorms in fp32 under FSDP mixed precision (pycls)"}
+    zero_grad: str = arg(
+        "zeros",
+        "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, torch "
+        "1.9-1.11's default that pycls ran); set_to_none: frees them (beyond the publication)",
     )
-    compile: bool = field(default=False, metadata={"help": "torch.compile the wrapped model"})
-    host_sync: str = field(
-        default="every_step",
-        metadata={
-            "help": "every_step: as pycls's train_epoch, each step checks the labels (labels.max() < classes), "
-            "computes the top-1/top-5 errors and reads them and the loss, all-reduced over the ranks; "
-            "logging_steps: the loss read only at logging steps (beyond the publication)"
-        },
-    )
-    zero_grad: str = field(
-        default="zeros",
-        metadata={
-            "help": "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, torch "
-            "1.9-1.11's default that pycls ran); set_to_none: frees them (beyond the publication)"
-        },
-    )
-    max_steps: int = field(
-        default=-1, metadata={"help": "stop after this many steps (benchmarks, smoke runs)"}
-    )
-    logging_steps: int = field(default=100, metadata={"help": "pycls LOG_PERIOD"})
-    throughput_warmup_steps: int = field(default=10)
-    seed: int = field(default=1, metadata={"help": "pycls RNG_SEED"})
+    max_steps: int = arg(-1, "stop after this many steps (benchmarks, smoke runs)")
+    logging_steps: int = arg(100, "pycls LOG_PERIOD")
+    throughput_warmup_steps: int = arg(10)
+    seed: int = arg(1, "pycls RNG_SEED")
 
 
 # Every argument the trainer takes (arguments.json is their schema: ranges and choices).

@@ -49,6 +49,7 @@ from reprokit_trainers.common.process.args import (
     HOST_SYNCS,
     ZERO_GRADS,
     DeviceArguments,
+    arg,
     one_line_errors,
     parse_command_line,
 )
@@ -89,88 +90,61 @@ DDP_SCHEDULES = ("after_backward", "overlap")
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(
-        default="volo_d1_224",
-        metadata={
-            "help": "timm VOLO name: volo_d1..volo_d5, optionally with a resolution (volo_d5_224, volo_d5_512)"
-        },
+    model_name_or_path: str = arg(
+        "volo_d1_224",
+        "timm VOLO name: volo_d1..volo_d5, optionally with a resolution (volo_d5_224, volo_d5_512)",
     )
-    img_size: int | None = field(
-        default=None, metadata={"help": "published --img-size; default: the name's resolution"}
+    img_size: int | None = arg(None, "published --img-size; default: the name's resolution")
+    model_kwargs_json: str | None = arg(
+        None, 'architecture overrides, e.g. \'{"layers":[1,1,1,1],"embed_dims":[32,64,64,64]}\''
     )
-    model_kwargs_json: str | None = field(
-        default=None,
-        metadata={"help": 'architecture overrides, e.g. \'{"layers":[1,1,1,1],"embed_dims":[32,64,64,64]}\''},
+    model_config_json: str | None = arg(
+        None, "the kit's name for the same overrides (recipe model.architecture)"
     )
-    model_config_json: str | None = field(
-        default=None, metadata={"help": "the kit's name for the same overrides (recipe model.architecture)"}
+    num_classes: int = arg(1000)
+    drop_path: float = arg(0.0, "published --drop-path: stochastic depth rate")
+    finetune: str | None = arg(
+        None, "published --finetune: a checkpoint file, or a run directory holding checkpoint/model.pt"
     )
-    num_classes: int = field(default=1000)
-    drop_path: float = field(default=0.0, metadata={"help": "published --drop-path: stochastic depth rate"})
-    finetune: str | None = field(
-        default=None,
-        metadata={
-            "help": "published --finetune: a checkpoint file, or a run directory holding checkpoint/model.pt"
-        },
-    )
-    attention: str = field(
-        default="math",
-        metadata={
-            "help": "the transformer blocks' attention: math (q@k^T, softmax, @v, as sail-sg/volo) or sdpa "
-            "(fused, beyond the publication)"
-        },
+    attention: str = arg(
+        "math",
+        "the transformer blocks' attention: math (q@k^T, softmax, @v, as sail-sg/volo) or sdpa "
+        "(fused, beyond the publication)",
     )
 
 
 @dataclass
 class DataArguments(imagenet.ImageNetArguments):
-    synthetic_label_map_size: int = field(
-        default=18, metadata={"help": "H = W of synthetic token-label maps"}
+    synthetic_label_map_size: int = arg(18, "H = W of synthetic token-label maps")
+    token_label: bool = arg(True, "published --token-label (always on: the recipe's loss)")
+    token_label_data: str | None = arg(
+        None, "published --token-label-data: <dir>/<class>/<image>.pt maps; else synthetic"
     )
-    token_label: bool = field(
-        default=True, metadata={"help": "published --token-label (always on: the recipe's loss)"}
+    token_label_size: int | None = arg(
+        None, "published --token-label-size; must be img_size / 16 (default: that)"
     )
-    token_label_data: str | None = field(
-        default=None,
-        metadata={"help": "published --token-label-data: <dir>/<class>/<image>.pt maps; else synthetic"},
+    token_label_box: str = arg(
+        "toolbox",
+        "the crop box RoIAlign cuts the label maps with: toolbox (x and y swapped, as published) "
+        "or corrected",
     )
-    token_label_size: int | None = field(
-        default=None, metadata={"help": "published --token-label-size; must be img_size / 16 (default: that)"}
+    token_label_smoothing: str = arg(
+        "toolbox", "smoothing of soft targets: toolbox, p(1-s+s/C)+s/C as published, or convex, p(1-s)+s/C"
     )
-    token_label_box: str = field(
-        default="toolbox",
-        metadata={
-            "help": "the crop box RoIAlign cuts the label maps with: toolbox (x and y swapped, as published) "
-            "or corrected"
-        },
+    loader: str = arg("torch", "torch (CPU workers), gpu_decode (nvJPEG, augmented on the GPU), dali")
+    dataloader_num_workers: int = arg(8, "published -j (main.py default 8)")
+    pin_memory: bool = arg(False, "published --pin-mem")
+    auto_augment: str = arg(
+        "rand-m9-mstd0.5-inc1", "published --aa: a timm RandAugment policy (rand-...), or none"
     )
-    token_label_smoothing: str = field(
-        default="toolbox",
-        metadata={
-            "help": "smoothing of soft targets: toolbox, p(1-s+s/C)+s/C as published, or convex, p(1-s)+s/C"
-        },
-    )
-    loader: str = field(
-        default="torch",
-        metadata={"help": "torch (CPU workers), gpu_decode (nvJPEG, augmented on the GPU), dali"},
-    )
-    dataloader_num_workers: int = field(default=8, metadata={"help": "published -j (main.py default 8)"})
-    pin_memory: bool = field(default=False, metadata={"help": "published --pin-mem"})
-    auto_augment: str = field(
-        default="rand-m9-mstd0.5-inc1",
-        metadata={"help": "published --aa: a timm RandAugment policy (rand-...), or none"},
-    )
-    reprob: float = field(default=0.25, metadata={"help": "random erasing probability (CutOut)"})
-    remode: str = field(default="pixel")
-    recount: int = field(default=1)
-    hflip: float = field(default=0.5)
+    reprob: float = arg(0.25, "random erasing probability (CutOut)")
+    remode: str = arg("pixel")
+    recount: int = arg(1)
+    hflip: float = arg(0.5)
     scale: list[float] = field(default_factory=lambda: [0.08, 1.0])
     ratio: list[float] = field(default_factory=lambda: [3 / 4, 4 / 3])
-    train_interpolation: str = field(
-        default="random",
-        metadata={
-            "help": "random (bilinear or bicubic per image), bilinear or bicubic: resize and RandAugment"
-        },
+    train_interpolation: str = arg(
+        "random", "random (bilinear or bicubic per image), bilinear or bicubic: resize and RandAugment"
     )
 
     def policy(self) -> str | None:
@@ -181,81 +155,58 @@ class DataArguments(imagenet.ImageNetArguments):
 @dataclass
 class TrainArguments:
     output_dir: str = field(metadata={"help": "the run directory"})
-    per_device_train_batch_size: int = field(default=128, metadata={"help": "published -b (per GPU)"})
-    lr: float = field(
-        default=1.6e-3,
-        metadata={
-            "help": "published --lr, used as is: sail-sg/volo main.py does not rescale it with the batch"
-        },
+    per_device_train_batch_size: int = arg(128, "published -b (per GPU)")
+    lr: float = arg(
+        1.6e-3, "published --lr, used as is: sail-sg/volo main.py does not rescale it with the batch"
     )
-    lr_base: float | None = field(
-        default=None, metadata={"help": "if set, lr = lr_base x global batch / 1024 (overrides --lr)"}
+    lr_base: float | None = arg(None, "if set, lr = lr_base x global batch / 1024 (overrides --lr)")
+    weight_decay: float = arg(0.05)
+    opt_eps: float = arg(1e-8)
+    epochs: int = arg(300)
+    warmup_epochs: int = arg(20)
+    cooldown_epochs: int = arg(10, "epochs at min_lr after the cosine (timm: 10)")
+    warmup_lr: float = arg(1e-6)
+    min_lr: float = arg(1e-5)
+    smoothing: float = arg(0.1)
+    dense_weight: float = arg(0.5)
+    cls_weight: float = arg(1.0)
+    ground_truth: bool = arg(False, "published --ground-truth (finetuning)")
+    mix_token: bool = arg(True, "MixToken (on in sail-sg/volo's models)")
+    amp: str | None = arg(None, "bf16 | fp16 | no (default: fp16 with --apex_amp, else no)")
+    apex_amp: bool = arg(False, "published --apex-amp: mapped to torch.amp fp16 + GradScaler")
+    optimizer_impl: str = arg(
+        "per_tensor",
+        "AdamW's kernels: per_tensor (a loop over the tensors, as timm 0.4 on torch <= 1.10), "
+        "foreach or fused (beyond the publication)",
     )
-    weight_decay: float = field(default=0.05)
-    opt_eps: float = field(default=1e-8)
-    epochs: int = field(default=300)
-    warmup_epochs: int = field(default=20)
-    cooldown_epochs: int = field(
-        default=10, metadata={"help": "epochs at min_lr after the cosine (timm: 10)"}
+    ddp_schedule: str = arg(
+        "after_backward",
+        "gradient all-reduce: after_backward (one bucket once backward is done, as Apex "
+        "DDP(delay_allreduce=True)) or overlap (torch DDP's buckets during backward, beyond the publication)",
     )
-    warmup_lr: float = field(default=1e-6)
-    min_lr: float = field(default=1e-5)
-    smoothing: float = field(default=0.1)
-    dense_weight: float = field(default=0.5)
-    cls_weight: float = field(default=1.0)
-    ground_truth: bool = field(default=False, metadata={"help": "published --ground-truth (finetuning)"})
-    mix_token: bool = field(default=True, metadata={"help": "MixToken (on in sail-sg/volo's models)"})
-    amp: str | None = field(
-        default=None, metadata={"help": "bf16 | fp16 | no (default: fp16 with --apex_amp, else no)"}
+    host_sync: str = arg(
+        "every_step",
+        "every_step: the host waits for the device after each step, as main.py does (torch.cuda."
+        "synchronize; the loss read each step in one process, all-reduced and read at logging steps in "
+        "several); logging_steps: only at the meter's logging steps (beyond the publication)",
     )
-    apex_amp: bool = field(
-        default=False, metadata={"help": "published --apex-amp: mapped to torch.amp fp16 + GradScaler"}
+    zero_grad: str = arg(
+        "zeros",
+        "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, the "
+        "default of torch 1.7-1.11 that main.py ran); set_to_none: frees them (beyond the publication)",
     )
-    optimizer_impl: str = field(
-        default="per_tensor",
-        metadata={
-            "help": "AdamW's kernels: per_tensor (a loop over the tensors, as timm 0.4 on torch <= 1.10), "
-            "foreach or fused (beyond the publication)"
-        },
+    prefetch: str = arg(
+        "side_stream",
+        "side_stream: the next batch copied, normalized and erased on a CUDA stream of its own "
+        "during the step, as the toolbox's prefetcher; inline: on the compute stream when taken "
+        "(beyond the publication)",
     )
-    ddp_schedule: str = field(
-        default="after_backward",
-        metadata={
-            "help": "gradient all-reduce: after_backward (one bucket once backward is done, as Apex "
-            "DDP(delay_allreduce=True)) or overlap (torch DDP's buckets during backward, beyond the publication)"
-        },
-    )
-    host_sync: str = field(
-        default="every_step",
-        metadata={
-            "help": "every_step: the host waits for the device after each step, as main.py does (torch.cuda."
-            "synchronize; the loss read each step in one process, all-reduced and read at logging steps in "
-            "several); logging_steps: only at the meter's logging steps (beyond the publication)"
-        },
-    )
-    zero_grad: str = field(
-        default="zeros",
-        metadata={
-            "help": "zeros: optimizer.zero_grad() fills the gradients with zeros (set_to_none=False, the "
-            "default of torch 1.7-1.11 that main.py ran); set_to_none: frees them (beyond the publication)"
-        },
-    )
-    prefetch: str = field(
-        default="side_stream",
-        metadata={
-            "help": "side_stream: the next batch copied, normalized and erased on a CUDA stream of its own "
-            "during the step, as the toolbox's prefetcher; inline: on the compute stream when taken "
-            "(beyond the publication)"
-        },
-    )
-    clip_grad: float | None = field(default=None)
-    max_steps: int = field(
-        default=-1, metadata={"help": "stop after this many steps (smoke runs, benchmarks)"}
-    )
-    logging_steps: int = field(default=50, metadata={"help": "main.py --log-interval"})
-    throughput_warmup_steps: int = field(default=5)
-    seed: int = field(default=42)
-    save_checkpoint: bool = field(default=True)
+    clip_grad: float | None = arg(None)
+    max_steps: int = arg(-1, "stop after this many steps (smoke runs, benchmarks)")
+    logging_steps: int = arg(50, "main.py --log-interval")
+    throughput_warmup_steps: int = arg(5)
+    seed: int = arg(42)
+    save_checkpoint: bool = arg(True)
 
 
 # Every argument the trainer takes (arguments.json is their schema: ranges and choices).

@@ -38,7 +38,7 @@ from PIL import Image
 
 from reprokit_trainers.common.data import gpudecode, randaugment
 from reprokit_trainers.common.data.synthetic import jpeg_bytes, sample_sizes
-from reprokit_trainers.common.process.args import config_error
+from reprokit_trainers.common.process.args import arg, config_error
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -49,25 +49,19 @@ IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
 class ImageNetArguments:
     """The image data of the ImageNet trainers (VOLO, ViT): a real ImageNet folder or its synthetic stand-in."""
 
-    dataset_name: str = field(default="imagenet-1k", metadata={"help": "recorded in the summary"})
-    data_dir: str | None = field(
-        default=None, metadata={"help": "ImageNet root with train/<class>/*.JPEG; without it, synthetic data"}
-    )
-    synthetic_data: bool = field(
-        default=False, metadata={"help": "use synthetic ImageNet-like JPEGs even with data_dir"}
-    )
-    synthetic_num_train: int = field(default=1_281_167, metadata={"help": "epoch length (ImageNet-1k train)"})
-    synthetic_num_classes: int = field(default=1000)
+    dataset_name: str = arg("imagenet-1k", "recorded in the summary")
+    data_dir: str | None = arg(None, "ImageNet root with train/<class>/*.JPEG; without it, synthetic data")
+    synthetic_data: bool = arg(False, "use synthetic ImageNet-like JPEGs even with data_dir")
+    synthetic_num_train: int = arg(1_281_167, "epoch length (ImageNet-1k train)")
+    synthetic_num_classes: int = arg(1000)
     synthetic_image_width: list[int] = field(
         default_factory=lambda: [375, 500], metadata={"help": "[min, max]"}
     )
     synthetic_image_height: list[int] = field(
         default_factory=lambda: [333, 500], metadata={"help": "[min, max]"}
     )
-    synthetic_pool_size: int = field(
-        default=512, metadata={"help": "distinct JPEGs the samples cycle through"}
-    )
-    synthetic_seed: int = field(default=0)
+    synthetic_pool_size: int = arg(512, "distinct JPEGs the samples cycle through")
+    synthetic_seed: int = arg(0)
 
     def image_source(self) -> tuple[ImageFolderSource | SyntheticImageSource, dict[str, Any]]:
         """The ImageNet folder when one is given (and synthetic data not forced), else the stand-in;

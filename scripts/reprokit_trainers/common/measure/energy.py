@@ -16,10 +16,11 @@ trained (every rank trains as many per step). This module must not import the ki
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,35 @@ SAMPLE_INTERVAL_S = 0.2  # 5 Hz: NVML and sysfs reads cost microseconds
 
 class Unavailable(Exception):
     """No energy source on this machine; the message says why, in a few words."""
+
+
+def vendor_library(module: str, package: str) -> Any:
+    """The vendor's management library `module`; Unavailable names the `package` that would install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise Unavailable(f"{package} is not installed") from None
+
+
+@contextlib.contextmanager
+def unavailable_on(
+    errors: type[BaseException] | tuple[type[BaseException], ...],
+    library: str,
+    shutdown: Callable[[], Any] | None = None,
+) -> Iterator[None]:
+    """The vendor library's `errors` inside the block as Unavailable(``library: error``), and an
+    Unavailable raised there as it is; `shutdown` (the library opened before the block) first, so that
+    a source which cannot open leaves nothing open."""
+    try:
+        yield
+    except Unavailable:
+        if shutdown is not None:
+            shutdown()
+        raise
+    except errors as error:
+        if shutdown is not None:
+            shutdown()
+        raise Unavailable(f"{library}: {error}") from None
 
 
 # --- sources ------------------------------------------------------------------------------------

@@ -25,6 +25,11 @@ HOST_SYNCS = ("every_step", "logging_steps")
 ZERO_GRADS = ("zeros", "set_to_none")
 
 
+def arg(default: Any, help_text: str | None = None) -> Any:
+    """A trainer's command-line argument as a dataclass field: its default and its ``--help`` text."""
+    return field(default=default, metadata={} if help_text is None else {"help": help_text})
+
+
 @dataclass
 class ProfileArguments:
     """--profile: trace a few steps with torch.profiler (profiling.py)."""
