@@ -61,14 +61,7 @@ from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import lifecycle
-from reprokit_trainers.common.process.args import (
-    HOST_SYNCS,
-    ZERO_GRADS,
-    DeviceArguments,
-    arg,
-    one_line_errors,
-    parse_command_line,
-)
+from reprokit_trainers.common.process.args import DeviceArguments, arg, one_line_errors, parse_command_line
 from reprokit_trainers.common.process.distributed import accelerator_device, init_process_group, log
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import RunDir
@@ -506,8 +499,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         torch.backends.cudnn.benchmark = True  # pycls CUDNN.BENCHMARK: fixed shapes
     with one_line_errors(PROG, ValueError, KeyError):
         check_choice("sharding", train_args.sharding, SHARDINGS)
-        check_choice("host_sync", train_args.host_sync, HOST_SYNCS)
-        check_choice("zero_grad", train_args.zero_grad, ZERO_GRADS)
         prec = precision(train_args.amp)
         size = model_size(model_args)
         rank, world = init_process_group(device, single_process_group=True)

@@ -45,14 +45,7 @@ from reprokit_trainers.common.data import imagenet, prefetch, randaugment
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import lifecycle, streams
-from reprokit_trainers.common.process.args import (
-    HOST_SYNCS,
-    ZERO_GRADS,
-    DeviceArguments,
-    arg,
-    one_line_errors,
-    parse_command_line,
-)
+from reprokit_trainers.common.process.args import DeviceArguments, arg, one_line_errors, parse_command_line
 from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     init_process_group,
@@ -421,8 +414,6 @@ def check_kernels(model_args: ModelArguments, data_args: DataArguments, train_ar
         ("--attention", model_args.attention, ATTENTION),
         ("--optimizer_impl", train_args.optimizer_impl, tuple(OPTIMIZER_IMPLS)),
         ("--ddp_schedule", train_args.ddp_schedule, DDP_SCHEDULES),
-        ("--host_sync", train_args.host_sync, HOST_SYNCS),
-        ("--zero_grad", train_args.zero_grad, ZERO_GRADS),
         ("--prefetch", train_args.prefetch, prefetch.MODES),
         ("--token_label_box", data_args.token_label_box, tokenlabel.BOXES),
         ("--token_label_smoothing", data_args.token_label_smoothing, tokenlabel.SMOOTHING),

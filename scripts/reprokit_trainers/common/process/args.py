@@ -19,11 +19,6 @@ from transformers import HfArgumentParser
 from reprokit_trainers.common.measure import profiling
 from reprokit_trainers.common.process import argschema
 
-# How a trainer's loop may wait for the device and zero its gradients (--host_sync, --zero_grad): the
-# first of each is what the published loops did (issue 31).
-HOST_SYNCS = ("every_step", "logging_steps")
-ZERO_GRADS = ("zeros", "set_to_none")
-
 
 def arg(default: Any, help_text: str | None = None) -> Any:
     """A trainer's command-line argument as a dataclass field: its default and its ``--help`` text."""
