@@ -251,3 +251,42 @@ def test_a_node_without_pip_gets_the_wheels_unpacked(bundle, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.count(str(tmp_path / "prefix")) == 2
+
+
+TWO_SLICES = """
+measured_steps: 2
+offline: {vit-speedups: {synthetic_data: true}}
+slices:
+  first:
+    title: one smoke rung
+    scale: smoke
+    cells: [{recipe: vit-speedups, variant: baseline, seconds: 20}]
+  second:
+    title: another
+    scale: smoke
+    cells: [{recipe: vit-speedups, variant: amp, seconds: 20}]
+"""
+
+
+def test_several_slices_run_in_turn_in_one_command_each_into_its_folder(bundle, node_python, tmp_path):
+    spec = tmp_path / "slices.yaml"
+    spec.write_text(TWO_SLICES)
+    common = ["--slices-file", str(spec), "--accelerator", "cpu"]
+    done = subprocess.run(
+        node_command(node_python, bundle, tmp_path, "first", "second", *common, "--budget-s", "400"),
+        env=env(tmp_path), capture_output=True, text=True, timeout=420,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert done.returncode == 0, (out / "runner.log").read_text()[-3000:]
+    assert [r["variant"] for r in rows(out / "first")] == ["baseline"]
+    assert [r["variant"] for r in rows(out / "second")] == ["amp"]
+    assert (out / "second" / "node-second.tar.gz").is_file()
+    log = (out / "runner.log").read_text()
+    assert "slice first: exit 0" in log and "slice second: exit 0" in log
+    # The budget is one: with less than a minute of it left, a slice is not started, and says so.
+    late = subprocess.run(
+        node_command(node_python, bundle, tmp_path, "first", "second", *common, "--budget-s", "30"),
+        env=env(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert late.returncode == 1
+    assert "slice second: not started" in (out / "runner.log").read_text()

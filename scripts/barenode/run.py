@@ -2,6 +2,7 @@
 """The one command on a bare GPU node: install the bundle into a private prefix, then run a slice.
 
     python3 scripts/barenode/run.py a --bundle node-bundle --out node-out --budget-s 450
+    python3 scripts/barenode/run.py d b c --budget-s 500      # in turn, as many as the budget holds
 
 Runs with the node's own python3 and nothing but the standard library until the bundle is in place:
 
@@ -12,7 +13,9 @@ Runs with the node's own python3 and nothing but the standard library until the 
 3. checks that the node has every package the bundle relies on it for (the manifest's `from_node`);
 4. runs `python -m reprokit.barenode run SLICE` with the prefix first on PYTHONPATH (ahead of the
    node's site-packages: the bundle's transformers 4.49 wins over the node's), the kit and its
-   trainers from this checkout, and the hub clients offline.
+   trainers from this checkout, and the hub clients offline. Several slices run in turn, each into
+   OUT/<slice>/, within the one budget: a slice started late runs the cells that still fit and says
+   which do not; one with less than a minute left is not started, and the log says so.
 
 The budget counts from this script's start. Everything that comes back is in --out (README.md,
 "On a bare GPU node").
@@ -26,14 +29,18 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# Under this, a slice is not started: its device check alone takes 10-15 s, and no cell is shorter.
+MIN_SLICE_S = 60.0
 STAMP = ".reprokit-bundle"  # in the prefix: the manifest's hash of the bundle installed there
 
 
@@ -168,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     parser = argparse.ArgumentParser(prog="scripts/barenode/run.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("slice", help="a slice of reprokit/barenode/slices.yaml (a, b, c, d)")
+    parser.add_argument("slices", nargs="+", metavar="slice",
+                        help="a slice of reprokit/barenode/slices.yaml (a, b, c, d); several run in turn, each into OUT/<slice>/")  # fmt: skip
     parser.add_argument("--bundle", type=Path, default=REPO / "node-bundle", help="the bundle's folder")
     parser.add_argument("--out", type=Path, default=REPO / "node-out",
                         help="a folder for what the run gives: rows, checks, log, archive (default node-out/)")  # fmt: skip
@@ -202,14 +210,51 @@ def main(argv: list[str] | None = None) -> int:
         "MPLBACKEND": "Agg",
         "PYTHONUNBUFFERED": "1",
     }
-    command = [sys.executable, "-m", "reprokit.barenode", "run", args.slice, "--out", str(out),
-               "--scratch", str(scratch), "--budget-s", str(args.budget_s), "--accelerator", args.accelerator]  # fmt: skip
-    if args.slices_file:
-        command += ["--slices-file", str(args.slices_file.resolve())]
+
+    def command(name: str, into: Path) -> list[str]:
+        found = [sys.executable, "-m", "reprokit.barenode", "run", name, "--out", str(into),
+                 "--scratch", str(scratch), "--budget-s", str(args.budget_s), "--accelerator", args.accelerator]  # fmt: skip
+        return found + (["--slices-file", str(args.slices_file.resolve())] if args.slices_file else [])
+
     sys.stdout.flush()
-    # The runner takes this process's place: a time limit's SIGTERM reaches it directly.
-    os.execve(sys.executable, command, env)
-    return 0  # not reached
+    if len(args.slices) == 1:
+        # The runner takes this process's place: a time limit's SIGTERM reaches it directly.
+        os.execve(sys.executable, command(args.slices[0], out), env)
+    return in_turn(args.slices, out, started, args.budget_s, command, env)
+
+
+def in_turn(
+    names: list[str],
+    out: Path,
+    started: float,
+    budget_s: float,
+    command: Callable[[str, Path], list[str]],
+    env: dict,
+) -> int:
+    """Each slice's runner in turn, into out/<slice>/, all counting from the one start; the worst
+    exit status (2 before 1 before 0). A signal stops the running slice as it would stop it alone."""
+    running: list[subprocess.Popen] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in running:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, forward)
+    worst = 0
+    for name in names:
+        left = budget_s - (time.time() - started)
+        if left < MIN_SLICE_S:
+            say(out, f"slice {name}: not started, {max(left, 0):.0f} s of --budget-s {budget_s:.0f} left")
+            worst = max(worst, 1)
+            continue
+        child = subprocess.Popen(command(name, out / name), env=env)
+        running[:] = [child]
+        code = child.wait()
+        say(out, f"slice {name}: exit {code} at {time.time() - started:.0f} s")
+        worst = max(worst, 2 if code not in (0, 1) else code)
+    return worst
 
 
 if __name__ == "__main__":
