@@ -59,8 +59,11 @@ def test_show_lists_every_release_of_the_recipe_with_its_figure_date_and_commit(
     for release_id, (device, figure, date, release) in RELEASES.items():
         shown = next(line for line in listing.splitlines() if line.strip().startswith(f"{release_id}:"))
         assert release in shown and date in shown and f"{figure} on 8 {device}" in shown, shown
-    # By default the cell is judged by the publication's figure alone, as before.
-    assert "published: 847.7 samples/s on 8 gaudi2\n" in result.stdout
+    # By default the cell is judged by the publication's figure alone, as before, its software named.
+    assert (
+        "published: 847.7 samples/s on 8 gaudi2, the publication's (blog, 2nd version): optimum-habana 1.7.0"
+        in (result.stdout)
+    )
     assert "918.387" not in result.stdout.split(f"bridgetower--{VARIANT}")[1]
 
 
@@ -103,10 +106,19 @@ def test_the_default_judges_every_cell_by_the_publication_as_before():
     for accelerator in ("gaudi2", "cuda", "cpu"):
         for scale in ("published", "smoke"):
             for cell in cells.expand(recipe, "bridgetower", accelerator, scale):
-                assert not any("release" in r for r in [*cell.references, *cell.other_references]), (
-                    cell.cell_id
-                )
+                assert not any("id" in r for r in [*cell.references, *cell.other_references]), cell.cell_id
     assert [r["value"] for r in _cell().references] == [847.7]
+
+
+def test_the_report_names_the_software_the_publications_own_figure_ran(tmp_path):
+    row = _row(tmp_path, "HL-225", None, measured=850.0)
+    assert row.reference == 847.7 and row.verdict == verdicts.REPRODUCED
+    page = report.markdown(tmp_path / "session", [row])
+    assert "(847.70 on 8 gaudi2); the publication's (blog, 2nd version): optimum-habana 1.7.0" in page
+    assert (
+        row.reference_source
+        == "blog, 2nd version; optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11)"
+    )
 
 
 @pytest.mark.parametrize(("device_name", "device"), [("HL-325L", "gaudi3"), ("HL-225", "gaudi2")])

@@ -34,7 +34,7 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.judge import other_devices, releases
-from reprokit.plan import cells, listing, recipes
+from reprokit.plan import cells, listing, recipe_schema, recipes
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
 from reprokit.run.plugin_options import runtime_for
@@ -175,7 +175,9 @@ def _releases_json(recipe) -> list[dict]:
     """Each release the recipe has figures of, with its figures (variant, device, devices, value)."""
     found = []
     for release_id, figures in recipe.releases().items():
-        first = figures[0] if figures else None
+        # The publication's figures are one "release" only as --reference names them: what software
+        # each ran (where its source says) stays on the figure itself.
+        first = figures[0] if figures and release_id != recipe_schema.PUBLICATION else None
         found.append(
             {
                 "id": release_id,

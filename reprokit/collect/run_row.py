@@ -165,6 +165,8 @@ def _source(reference: dict[str, Any]) -> str | None:
     source = reference.get("source")
     if not reference.get("release"):
         return source
+    if not reference.get("id"):  # the publication's own, its release named
+        return f"{source}; {reference['release']}" if source else reference["release"]
     return "; ".join(x for x in (source, releases.said(reference)) if x)
 
 

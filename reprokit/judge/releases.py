@@ -9,13 +9,17 @@ from typing import Any
 
 
 def said(reference: dict[str, Any] | None) -> str:
-    """`release synapse-1.15.0: SynapseAI 1.15.0, optimum-habana 1.11.0.dev0 (2024-03-30, aee789f4f)`, or
-    `the publication's (blog, 2nd version)` for a figure with no release of its own; '' for none."""
+    """`release synapse-1.15.0: SynapseAI 1.15.0, optimum-habana 1.11.0.dev0 (2024-03-30, aee789f4f)`;
+    `the publication's (blog, 2nd version): optimum-habana 1.7.0 ...` for the publication's own figure
+    with the release it names, `the publication's (blog, 2nd version)` without one; '' for none."""
     if not reference:
         return ""
+    source = reference.get("source")
+    publications = f"the publication's ({source})" if source else "the publication's"
     if not reference.get("release"):
-        source = reference.get("source")
-        return f"the publication's ({source})" if source else "the publication's"
+        return publications
+    if not reference.get("id"):  # the publication's own figure, with the software it names
+        return f"{publications}: {reference['release']}"
     when = ", ".join(str(x) for x in (reference.get("date"), (reference.get("commit") or "")[:9]) if x)
     return f"release {reference.get('id') or '?'}: {reference['release']}" + (f" ({when})" if when else "")
 

@@ -111,7 +111,8 @@ def published(r: Row) -> str:
         return elsewhere(r) or "-"
     text = f"{number(r.reference_per_device)} ({number(r.reference)} on {r.reference_devices} {r.device})"
     figure = releases.judged(r.references, r.reference, r.device)
-    # A release's figure (--reference) says which; the publication's own is what a report always judged by.
+    # The release a figure was measured on, where it names one: a release's figure (--reference), or
+    # the publication's own where its source says which software it ran.
     return f"{text}; {releases.said(figure)}" if figure and figure.get("release") else text
 
 
