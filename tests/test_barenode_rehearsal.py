@@ -48,6 +48,23 @@ def test_every_cell_of_every_slice_rehearses_and_fits_an_80_gb_device(tmp_path):
     finetune = by_id["c/volo--finetune-d5-512"]
     assert finetune["batch"] == 4 and finetune["image_size"] == 512
     assert any(step.startswith("finetune: load_finetune") for step in finetune["ran"])
+    # A cell whose device step is another's (it differs in what the fake device does not see: its
+    # loader, TF32, DDP's schedule, a compile not run here) still ran its own arguments, checks and
+    # batch, says whose step it took, and keeps its own notes of what was not run.
+    decode = by_id["c/volo--pretrain-d5-gpu-decode"]
+    assert decode["same_device_step_as"] == "a/volo--pretrain-d5"
+    assert decode["memory"] == by_id["a/volo--pretrain-d5"]["memory"]
+    assert any(step.startswith("gpu_decode: the device decoder") for step in decode["ran"])
+    assert any("gpu_decode's check for a CUDA device" in note for note in decode["skipped"])
+    assert "(device step of a/volo--pretrain-d5)" in done.stdout
+    compiled = by_id["d/vit-speedups--compile"]
+    assert compiled["same_device_step_as"] == "d/vit-speedups--sdpa"
+    assert any(note.startswith("torch.compile: not run here") for note in compiled["skipped"])
+    assert not any(note.startswith("torch.compile") for note in by_id["d/vit-speedups--sdpa"]["skipped"])
+    assert by_id["c/volo--pretrain-d5-overlap-ddp"]["same_device_step_as"] == "a/volo--pretrain-d5"
+    assert by_id["d/vit-speedups--baseline-fp32"]["same_device_step_as"] == "a/vit-speedups--baseline"
+    # A different optimizer is a step of its own.
+    assert by_id["c/volo--pretrain-d5-foreach-adamw"]["same_device_step_as"] is None
     assert by_id["d/vit-speedups--fsdp-b384-img256"]["batch"] == 384
     assert by_id["d/vit-speedups--baseline-fp32"]["precision"] == "fp32"
     # More activations at full precision than with fp16 autocast, as on the device.
@@ -75,7 +92,8 @@ slices:
       - {recipe: vit-speedups, variant: baseline, as: l16-batch-256, args: {model_size: l16, per_device_train_batch_size: 256}, seconds: 60}
 """
     )
-    done, results = rehearse(tmp_path, "x", "--slices-file", str(spec))
+    # One rehearsal for both trainers: one Python importing torch, not two.
+    done, results = rehearse(tmp_path, "x", "--slices-file", str(spec), "--jobs", "1")
     assert done.returncode == 1
     shape, large = results
     assert shape["status"] == "failed" and "\n" not in shape["error"]

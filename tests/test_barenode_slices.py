@@ -14,7 +14,7 @@ import torch
 from reprokit.barenode import archive, runner, slices
 from reprokit.contract.errors import ReprokitError
 from reprokit_trainers.common.data import imagenet
-from reprokit_trainers.rehearsal import fakedevice
+from reprokit_trainers.rehearsal import fakedevice, plan
 from reprokit_trainers.rehearsal.__main__ import device_key, line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,6 +169,21 @@ def test_cells_that_differ_only_on_the_host_share_one_device_step():
     assert device_key("bridgetower", argv) != device_key(
         "bridgetower", [*argv, "--image_pipeline", "gpu_decode"]
     )
+
+
+def test_cells_whose_loaders_hand_the_device_the_same_batch_share_a_step_and_no_others():
+    # ViT's input pipeline is host-only: what it hands over decides whether two cells share a step.
+    argv = ["--per_device_train_batch_size", "70", "--input_pipeline", "pycls"]
+    assert device_key("vit", argv) == device_key("vit", [*argv[:3], "uint8"])
+    batch = {"images": torch.zeros(70, 3, 224, 224, dtype=torch.float16), "labels": torch.zeros(70).long()}
+    same = {"images": torch.ones(70, 3, 224, 224, dtype=torch.float16), "labels": torch.ones(70).long()}
+    assert plan.handed_over(batch) == plan.handed_over(same)
+    for images in (
+        torch.zeros(70, 3, 224, 224, dtype=torch.float32),  # another dtype
+        torch.zeros(70, 3, 256, 256, dtype=torch.float16),  # another size
+        torch.zeros(70, 224, 224, 3, dtype=torch.float16).permute(0, 3, 1, 2),  # channels last
+    ):
+        assert plan.handed_over({**batch, "images": images}) != plan.handed_over(batch)
 
 
 # ----------------------------------------------------------------------------------------------

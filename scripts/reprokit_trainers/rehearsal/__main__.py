@@ -10,6 +10,7 @@ in its result, never the end of the others. Exit status 0 when every cell rehear
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -17,15 +18,24 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import bridgetower, fakedevice, vit, volo
+from . import fakedevice, plan
 
-TRAINERS = {"bridgetower": bridgetower, "volo": volo, "vit": vit}
+# Each trainer's rehearsal module, imported when a cell of it comes: a rehearsal of ViT's cells alone
+# never pays for BridgeTower's transformers, datasets and accelerate (about 4 CPU-s a process).
+TRAINERS = ("bridgetower", "volo", "vit")
+
+
+def trainer_module(trainer: str) -> Any:
+    if trainer not in TRAINERS:
+        raise KeyError(f"{trainer}: not a trainer the rehearsal knows ({', '.join(TRAINERS)})")
+    return importlib.import_module(f"{__package__}.{trainer}")
 
 
 def device_key(trainer: str, argv: list[str]) -> tuple[str, ...]:
     """The arguments that decide a cell's device step: every one but the host-only ones (rows,
-    workers, logging) and where it writes. Cells with the same key share one device step."""
-    host_only = {*TRAINERS[trainer].HOST_ONLY, "output_dir"}
+    workers, logging) and where it writes. Cells with the same key and the same batch handed over
+    (plan.handed_over) share one device step."""
+    host_only = {*trainer_module(trainer).HOST_ONLY, "output_dir"}
     kept: list[str] = []
     skip = False
     for token in argv:
@@ -44,20 +54,20 @@ def _one_line(error: BaseException) -> str:
 
 
 def rehearse(
-    cell: dict[str, Any], scratch: Path, workers_cap: int, done: dict[tuple[str, ...], dict]
+    cell: dict[str, Any], scratch: Path, workers_cap: int, done: dict[tuple[Any, ...], dict]
 ) -> dict:
-    trainer = TRAINERS[cell["trainer"]]
+    trainer = trainer_module(cell["trainer"])
     started = time.perf_counter()
     result: dict[str, Any] = {"cell_id": cell["cell_id"], "trainer": cell["trainer"]}
     try:
         prepared = trainer.prepare(list(cell["argv"]), scratch, workers_cap)
         result.update(batch=prepared.batch, image_size=prepared.image_size, precision=prepared.precision)
         if cell["trainer"] == "volo" and prepared.parsed[2].save_checkpoint:
-            volo.write_checkpoint(prepared, Path(prepared.parsed[2].output_dir))
+            trainer.write_checkpoint(prepared, Path(prepared.parsed[2].output_dir))
             prepared.ran.append(
                 "checkpoint: save_checkpoint's file, on the meta device (what a finetune loads)"
             )
-        key = device_key(cell["trainer"], list(cell["argv"]))
+        key = (device_key(cell["trainer"], list(cell["argv"])), plan.handed_over(prepared.data))
         if key in done:
             step = dict(done[key], same_device_step_as=done[key]["cell_id"])
         else:
@@ -67,7 +77,7 @@ def rehearse(
         result.update(
             status="ok",
             ran=[*prepared.ran, *step["ran"]],
-            skipped=step["skipped"],
+            skipped=[*prepared.skipped, *step["skipped"]],
             notes=prepared.notes,
             parameters=step["parameters"],
             memory=step["memory"],
@@ -104,9 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
+    import torch
+
+    # What computes for real here is one batch's loading and decoding; everything else is fake. Torch's
+    # second intra-op thread saves nothing on so little and spins on a busy machine (the VOLO
+    # gpu_decode cell's batch: 1.6 CPU-s on one thread, 5-6.5 on two, with 4 rehearsals at once).
+    torch.set_num_threads(1)
     cells = [json.loads(text) for text in args.cells.read_text().splitlines() if text.strip()]
     args.scratch.mkdir(parents=True, exist_ok=True)
-    done: dict[tuple[str, ...], dict] = {}
+    done: dict[tuple[Any, ...], dict] = {}
     good = True
     with open(args.out, "a") as out:
         for cell in cells:

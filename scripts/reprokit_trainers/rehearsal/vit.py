@@ -20,7 +20,9 @@ from . import plan
 from .fakedevice import FakeDevice, estimate, trainable_bytes
 from .plan import Prepared, economy_note, shrink_image_data
 
-HOST_ONLY = plan.IMAGE_HOST_ONLY
+# Beside the image trainers' own: the input pipeline (what it hands over is in the device step's key,
+# see plan.handed_over) and torch.compile (not run here: said for each cell by its prepare).
+HOST_ONLY = (*plan.IMAGE_HOST_ONLY, "input_pipeline", "compile")
 CPU = torch.device("cpu")
 
 
@@ -44,12 +46,16 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     else:
         images = pixels.to(prec.model_dtype)
     ran.append(f"loader: one batch of {batch} by the {path} data path ({data_info['data']} data)")
+    skipped = []
+    if train_args.compile:
+        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     return Prepared(
         trainer="vit",
         parsed=(model_args, data_args, train_args, device_args),
         data={"images": images, "labels": raw["labels"], "precision": prec, "size": size},
         ran=ran,
         notes=[economy_note(economy)],
+        skipped=skipped,
         batch=batch,
         image_size=model_args.img_size,
         precision="fp32" if prec.mode == "no" else prec.mode,
@@ -99,8 +105,6 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
     skipped.append(f"{how}; the wrapper itself is not run (one rank, no collective)")
     if prec.loss_scaling:
         skipped.append("GradScaler: the loss is not scaled (its inf check reads a value back)")
-    if train_args.compile:
-        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     return {
         "ran": ran,
         "skipped": skipped,

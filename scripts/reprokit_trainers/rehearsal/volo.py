@@ -22,7 +22,9 @@ from . import plan
 from .fakedevice import FakeDevice, estimate, trainable_bytes
 from .plan import Prepared, economy_note, shrink_image_data
 
-HOST_ONLY = (*plan.IMAGE_HOST_ONLY, "save_checkpoint")
+# Beside the image trainers' own: the loader (what it hands over is in the device step's key, see
+# plan.handed_over) and DDP's schedule (one rank here: said for each cell by its prepare).
+HOST_ONLY = (*plan.IMAGE_HOST_ONLY, "save_checkpoint", "loader", "ddp_schedule")
 CPU = torch.device("cpu")
 
 
@@ -96,10 +98,13 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
             "amp": (amp_mode, amp_dtype),
             "loader": loader,
             "data_info": data_info,
-            "skipped": skipped,
         },
         ran=ran,
         notes=[economy_note(economy)],
+        skipped=[
+            *skipped,
+            f"--ddp_schedule {train_args.ddp_schedule}: not run here (one rank, no all-reduce)",
+        ],
         batch=batch,
         image_size=img_size,
         precision="fp32" if amp_mode == "no" else amp_mode,
@@ -131,7 +136,7 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
     forward, loss, backward and step, on the fake device."""
     model_args, data_args, train_args, _ = prepared.parsed
     amp_mode, amp_dtype = prepared.data["amp"]
-    ran, skipped = [], list(prepared.data["skipped"])
+    ran, skipped = [], []
     with device.on():
         model, _ = trainer.build_model(model_args, prepared.data["img_size"])
         parameters = sum(p.numel() for p in model.parameters())
@@ -164,9 +169,7 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
     ran.append(f"2 steps: MixToken forward in {prepared.precision}, token-label loss, backward, AdamW step")
     skipped.append("GradScaler: the loss is not scaled (its inf check reads a value back)")
     extra = {"DDP gradient buckets": trainable_bytes(model)}
-    skipped.append(
-        f"DDP: one rank's all-reduce not run; its buckets ({train_args.ddp_schedule}) counted as the gradients' size"
-    )
+    skipped.append("DDP: one rank's all-reduce not run; its buckets counted as the gradients' size")
     return {
         "ran": ran,
         "skipped": skipped,
