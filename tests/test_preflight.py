@@ -693,6 +693,7 @@ def test_a_class_folder_that_is_a_link_to_nothing_is_refused_not_dropped(tmp_pat
 
 # One refusal as a user's shell sees it (a new process: its last line, no traceback); the other from main in
 # this process, where the same SystemExit carries the line (a new process is mostly importing torch).
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # timm's import, where this test is the first to make it
 @pytest.mark.parametrize(("trainer", "where"), [("vit", "process"), ("volo", "main")])
 def test_the_trainer_itself_refuses_a_class_folder_it_cannot_read_in_one_line(
     tmp_path, capsys, trainer, where
