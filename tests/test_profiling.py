@@ -81,33 +81,37 @@ def test_without_profile_nothing_is_traced_and_nothing_departs(tmp_path):
     assert not any(d["reason"].startswith("profiled") for d in summary["departures"])
 
 
+# One refusal as a user's shell sees it (a new process: its last line, exit 1, no traceback); the others from
+# main in this process, where the same SystemExit carries the line (a new process is mostly importing torch).
 @pytest.mark.parametrize(
-    ("text", "says"),
+    ("text", "says", "where"),
     [
-        ('{"active": 0}', "active must be a whole number of steps, at least 1"),
-        ('{"steps": 3}', "unknown key 'steps' (keys: wait, warmup, active)"),
-        ("[1, 2]", "give a JSON object with keys wait, warmup, active"),
-        ("three", """give a JSON schedule such as '{"warmup": 1, "active": 3}'"""),
+        ('{"active": 0}', "active must be a whole number of steps, at least 1", "process"),
+        ('{"steps": 3}', "unknown key 'steps' (keys: wait, warmup, active)", "main"),
+        ("[1, 2]", "give a JSON object with keys wait, warmup, active", "main"),
+        ("three", """give a JSON schedule such as '{"warmup": 1, "active": 3}'""", "main"),
     ],
 )
-def test_a_schedule_that_is_not_one_is_refused_in_one_line(tmp_path, text, says):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprokit_trainers.vit",
-            "--output_dir",
-            str(tmp_path / "run"),
-            "--profile",
-            text,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == f"run_vit.py: error: --profile {text}: {says}"
+def test_a_schedule_that_is_not_one_is_refused_in_one_line(tmp_path, capsys, text, says, where):
+    argv = ["--output_dir", str(tmp_path / "run"), "--profile", text]
+    if where == "process":
+        result = subprocess.run(
+            [sys.executable, "-m", "reprokit_trainers.vit", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        line = result.stderr.strip().splitlines()[-1]
+    else:
+        from reprokit_trainers.vit import run_vit
+
+        with pytest.raises(SystemExit) as raised:
+            run_vit.main(argv)
+        line = raised.value.code  # the interpreter prints a str code as the last line and exits 1
+        assert isinstance(line, str) and "\n" not in line and "Traceback" not in capsys.readouterr().err
+    assert line == f"run_vit.py: error: --profile {text}: {says}"
     assert not (tmp_path / "run").exists()
 
 

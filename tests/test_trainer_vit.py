@@ -294,49 +294,30 @@ def test_every_cell_of_the_recipe_parses_into_the_trainers_arguments():
 
 
 def run_trainer(tmp_path, *extra: str, env: dict | None = None) -> dict:
+    """A few steps of the tiny ViT into tmp_path/run: with ``env`` (read as a process starts: NGC's TF32
+    override) in a process of its own, else from main in this process, as test_conformance_loop.py runs each
+    trainer's one-process loop (run_vit is imported here already; a new process is mostly importing torch).
+    `python -m reprokit_trainers.vit` itself is run in test_trainers_package.py."""
     out = tmp_path / "run"
+    argv = ["--output_dir", str(out), "--model_name_or_path", "pycls-vit-tiny", "--img_size", str(IMG),
+            "--per_device_train_batch_size", "4", "--max_steps", "4", "--logging_steps", "2",
+            "--throughput_warmup_steps", "1", "--synthetic_data", "--synthetic_num_train", "32",
+            "--synthetic_pool_size", "4", "--synthetic_image_width", "64", "96", "--synthetic_image_height", "64",
+            "96", "--dataloader_num_workers", "0", *extra]  # fmt: skip
+    if env is None:
+        run_vit.main(argv)  # which ends by leaving the 1-rank group it joined
+        return {"out": out, "summary": json.loads((out / "summary.json").read_text())}
     result = subprocess.run(
-        [
-            sys.executable,
-            *TRAINER,
-            "--output_dir",
-            str(out),
-            "--model_name_or_path",
-            "pycls-vit-tiny",
-            "--img_size",
-            str(IMG),
-            "--per_device_train_batch_size",
-            "4",
-            "--max_steps",
-            "4",
-            "--logging_steps",
-            "2",
-            "--throughput_warmup_steps",
-            "1",
-            "--synthetic_data",
-            "--synthetic_num_train",
-            "32",
-            "--synthetic_pool_size",
-            "4",
-            "--synthetic_image_width",
-            "64",
-            "96",
-            "--synthetic_image_height",
-            "64",
-            "96",
-            "--dataloader_num_workers",
-            "0",
-            *extra,
-        ],
+        [sys.executable, *TRAINER, *argv],
         capture_output=True,
         text=True,
         timeout=300,
         # One thread: 2 shared cores thrash with more.
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return {"out": out, "stdout": result.stdout, "summary": json.loads((out / "summary.json").read_text())}
+    return {"out": out, "summary": json.loads((out / "summary.json").read_text())}
 
 
 @pytest.mark.slow

@@ -454,20 +454,27 @@ def test_synthetic_images_are_imagenet_sized_jpegs_with_labels():
 # End to end, as the kit runs it
 
 
-def train(out, *args: str, env: dict | None = None, launcher: list[str] | None = None) -> dict:
-    command = [*(launcher or [sys.executable]), *TRAINER, "--output_dir", str(out), "--model_name_or_path", "volo_d1",
-               "--model_kwargs_json", json.dumps(TINY), "--synthetic_data", "--synthetic_num_train", "32",
-               "--synthetic_pool_size", "4", "--per_device_train_batch_size", "2", "--dataloader_num_workers", "1",
-               "--max_steps", "4", "--logging_steps", "2", "--throughput_warmup_steps", "2", "--amp", "no", *args]  # fmt: skip
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+def train(out, *args: str, launcher: list[str] | None = None) -> dict:
+    """A few steps of a tiny VOLO into ``out``: under ``launcher`` (torchrun) in processes of their own,
+    else from main in this process, as test_conformance_loop.py runs each trainer's one-process loop (run_volo
+    is imported here already; a new process is mostly importing torch and timm). `python -m
+    reprokit_trainers.volo` itself is run in test_trainers_package.py."""
+    argv = ["--output_dir", str(out), "--model_name_or_path", "volo_d1", "--model_kwargs_json", json.dumps(TINY),
+            "--synthetic_data", "--synthetic_num_train", "32", "--synthetic_pool_size", "4",
+            "--per_device_train_batch_size", "2", "--dataloader_num_workers", "1", "--max_steps", "4",
+            "--logging_steps", "2", "--throughput_warmup_steps", "2", "--amp", "no", *args]  # fmt: skip
+    if launcher:
+        result = subprocess.run(
+            [*launcher, *TRAINER, *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    else:
+        run_volo.main(argv)  # which ends by leaving the 1-rank group it joined
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["unit"] == "img/s" and summary["samples_per_second"] > 0
     rows = (out / "throughput.csv").read_text().splitlines()

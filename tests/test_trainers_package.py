@@ -231,27 +231,51 @@ def test_the_mfu_of_an_fp32_run_is_over_the_peak_of_the_precision_that_ran(monke
     assert by_mode[("no", False)]["mfu"] == pytest.approx(10.0 / 19.5)
 
 
-@pytest.mark.parametrize("trainer", ["bridgetower", "volo", "vit"])
-def test_a_cell_planned_for_gpus_never_trains_on_the_cpu_unseen(trainer, tmp_path):
+# One refusal as run.sh's shell sees it (a new process: exit 1, its last line); the others from main in this
+# process, where the same SystemExit carries the line (a new process is mostly importing torch).
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # timm's import, where this test is the first to make it
+@pytest.mark.parametrize(
+    ("trainer", "where"), [("vit", "process"), ("bridgetower", "main"), ("volo", "main")]
+)
+def test_a_cell_planned_for_gpus_never_trains_on_the_cpu_unseen(trainer, where, tmp_path, monkeypatch):
     """run.sh says what the cell was planned for; a process that sees no CUDA device stops in one line."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
 
     prog = {"bridgetower": "run_bridgetower.py", "volo": "run_volo.py", "vit": "run_vit.py"}[trainer]
-    extra = ["--do_train"] if trainer == "bridgetower" else []
-    result = subprocess.run(
-        [sys.executable, "-m", f"reprokit_trainers.{trainer}", "--output_dir", str(tmp_path / "run"), *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**__import__("os").environ, "REPROKIT_ACCELERATOR": "cuda", "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert result.stderr.strip().splitlines()[-1] == (
+    argv = ["--output_dir", str(tmp_path / "run"), *(["--do_train"] if trainer == "bridgetower" else [])]
+    if where == "process":
+        result = subprocess.run(
+            [sys.executable, "-m", f"reprokit_trainers.{trainer}", *argv],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "REPROKIT_ACCELERATOR": "cuda", "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+        assert result.returncode == 1, result.stderr[-2000:]
+        line = result.stderr.strip().splitlines()[-1]
+    else:
+        monkeypatch.setenv("REPROKIT_ACCELERATOR", "cuda")  # main stops before anything asks the hub
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)  # what bridgetower's main sets, put back
+        main = importlib.import_module(f"reprokit_trainers.{trainer}.run_{trainer}").main
+        verbosity = _transformers_verbosity()
+        try:
+            with pytest.raises(SystemExit) as raised:
+                main(argv)
+        finally:
+            _transformers_verbosity(verbosity)
+        line = raised.value.code  # the interpreter prints a str code as the last line and exits 1
+        assert isinstance(line, str) and "\n" not in line, line
+    assert line == (
         f"{prog}: error: this cell was planned for cuda and this process sees no CUDA device: make the GPUs "
         "visible (docker --gpus all, apptainer --nv, srun --gpus) or plan it for --accelerator cpu"
     )
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def _transformers_verbosity(level: int | None = None) -> int:
+    """transformers' log level (bridgetower's main sets its process's), set to ``level`` when given."""
+    from transformers.utils import logging as hf_logging
+
+    if level is not None:
+        hf_logging.set_verbosity(level)
+    return hf_logging.get_verbosity()

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from reprokit_trainers.common.process.distributed import is_main_process, log
 
@@ -54,6 +53,10 @@ def count_training_flops(
     ``step`` runs the forward pass on a batch of zeros and returns what backward starts from;
     a batch of 2 keeps batch-wise losses (contrastive ones) meaningful.
     """
+    # Here, not at import: torch's counter imports triton (0.2 s), which a rank that counts nothing and a
+    # command line refused before the count never use.
+    from torch.utils.flop_counter import FlopCounterMode
+
     with torch.device("meta"):
         model = build()
         model.train()
