@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from reprokit.barenode import archive, runner, slices
+from reprokit.barenode import archive, node_checks, runner, slices
 from reprokit.contract.errors import ReprokitError
 from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.rehearsal import fakedevice, plan
@@ -268,3 +269,18 @@ def test_the_node_command_refuses_a_bundle_made_for_another_python_in_one_line(t
             f"rebuild it with --python-version {sys.version_info.major}.{sys.version_info.minor}"
         )
     )
+
+
+def test_the_node_imports_the_kits_trainers_its_cells_run_as_the_package_has_them(tmp_path, monkeypatch):
+    # A trainer added to the package is found there, never in a list the node keeps.
+    cell = slices.plan("a")[2].cell
+    for name in ("vit", "newpub"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__main__.py").write_text("")
+        (tmp_path / name / "arguments.json").write_text("{}")
+    monkeypatch.setattr(node_checks.trainers, "package_dir", lambda: tmp_path)
+    planned = [
+        slices.Planned(replace(cell, trainer=trainer), 10.0)
+        for trainer in ("vit", "newpub", "my_lab.trainer")
+    ]
+    assert node_checks.kit_trainers_of(planned) == ["newpub", "vit"]

@@ -20,7 +20,6 @@ from reprokit.plan import listing
 from reprokit.plan.accelerators import Profile
 
 CHECK_TIMEOUT_S = 180
-TRAINER_OF = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit"}
 
 
 def devices(accelerator: str, profile: Profile, scratch: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -45,12 +44,19 @@ def devices(accelerator: str, profile: Profile, scratch: Path, log: Callable[[st
     return found
 
 
+def kit_trainers_of(planned: Iterable[slices.Planned]) -> list[str]:
+    """The kit's trainers the cells run, as the trainers package has them (never a list kept here): a
+    user's trainer, named by its module path, is imported by its cell."""
+    known = set(trainers.kit_trainers())
+    return sorted({p.cell.trainer for p in planned if p.cell.trainer in known})
+
+
 def trainers_here(
     planned: Iterable[slices.Planned], checks: Iterable[str], scratch: Path, log: Callable[[str], None]
 ) -> tuple[dict[str, Any], bool]:
     """(what the trainers' device check found, whether the trainers import): they import in this Python
     with the bundle first (seconds, before any cell), and the software they will run is read back."""
-    names = sorted({TRAINER_OF[p.cell.trainer] for p in planned if p.cell.trainer in TRAINER_OF})
+    names = kit_trainers_of(planned)
     out = scratch / "devicecheck.json"
     command = [
         sys.executable,
