@@ -284,3 +284,10 @@ def test_the_node_imports_the_kits_trainers_its_cells_run_as_the_package_has_the
         for trainer in ("vit", "newpub", "my_lab.trainer")
     ]
     assert node_checks.kit_trainers_of(planned) == ["newpub", "vit"]
+
+
+def test_every_kit_trainer_has_a_rehearsal_found_by_its_name():
+    from reprokit.contract import trainers
+    from reprokit_trainers.rehearsal.__main__ import rehearsed
+
+    assert rehearsed() == trainers.kit_trainers()

@@ -255,7 +255,7 @@ class Recipe(Strict):
     publication: Publication
     trainer: str = Field(
         pattern=TRAINER_PATTERN,
-        description="a kit trainer (bridgetower, volo, vit) or a dotted module path to run with python -m",
+        description="a kit trainer (a package of reprokit_trainers with its arguments.json) or a dotted module path to run with python -m",
     )
     unit: Literal["samples/s", "img/s"]
     devices: int = Field(ge=1, description="devices per node in the published runs")

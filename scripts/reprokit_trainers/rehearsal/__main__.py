@@ -20,14 +20,20 @@ from typing import Any
 
 from . import fakedevice, plan
 
-# Each trainer's rehearsal module, imported when a cell of it comes: a rehearsal of ViT's cells alone
-# never pays for BridgeTower's transformers, datasets and accelerate (about 4 CPU-s a process).
-TRAINERS = ("bridgetower", "volo", "vit")
+# This package's own modules; every other module in it rehearses the trainer of its name.
+OWN = {"__init__", "__main__", "fakedevice", "plan"}
+
+
+def rehearsed() -> list[str]:
+    """The trainers this package has a rehearsal of, found beside this file (never a list kept here)."""
+    return sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in OWN)
 
 
 def trainer_module(trainer: str) -> Any:
-    if trainer not in TRAINERS:
-        raise KeyError(f"{trainer}: not a trainer the rehearsal knows ({', '.join(TRAINERS)})")
+    """A trainer's rehearsal module, imported when a cell of it comes: a rehearsal of ViT's cells alone
+    never pays for BridgeTower's transformers, datasets and accelerate (about 4 CPU-s a process)."""
+    if trainer not in rehearsed():
+        raise KeyError(f"{trainer}: not a trainer the rehearsal knows ({', '.join(rehearsed())})")
     return importlib.import_module(f"{__package__}.{trainer}")
 
 
