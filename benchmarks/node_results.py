@@ -116,21 +116,25 @@ def rehearsal_estimates(path: Path | None) -> dict[str, int]:
     return found
 
 
-def measured_peaks(folders: list[Path]) -> dict[str, float]:
+def measured_peaks(checks: list[dict[str, Any]]) -> dict[str, float]:
     """precision -> TFLOP/s of the node's own matmul check (slice a runs it; the others reuse it)."""
-    for folder in folders:
-        matmul = json.loads((folder / "checks.json").read_text()).get("matmul") or {}
+    for found in checks:
+        matmul = found.get("matmul") or {}
         if matmul.get("available"):
             return matmul["tflops"]
     return {}
 
 
 def rows_of(
-    folder: Path, estimates: dict[str, int], peaks: dict[str, float], before: dict[str, int]
+    folder: Path,
+    name: str,
+    runs: dict[str, dict[str, bytes]],
+    estimates: dict[str, int],
+    peaks: dict[str, float],
+    before: dict[str, int],
 ) -> list[dict[str, str]]:
-    name = json.loads((folder / "checks.json").read_text())["slice"]
+    """One row per cell of a slice's results.csv, from its runs' records (`runs`, archive_runs)."""
     others = other_devices(folder / "results.jsonl")
-    runs = archive_runs(folder / f"node-{name}.tar.gz")
     rows = []
     for row in csv.DictReader(io.StringIO((folder / "results.csv").read_text())):
         files = runs.get(row["cell_id"], {})
@@ -186,11 +190,9 @@ def rows_of(
                 "peak_memory_allocator_gib": _fmt(_div(_float(row["peak_memory_bytes"]), GIB)),
                 "peak_memory_device_gib": _fmt(_div(peak_device, GIB)),
                 "rehearsal_estimate_gib": _fmt(_div(estimate, GIB)),
-                "rehearsal_error": _fmt(estimate / peak_device - 1 if estimate and peak_device else None, 2),
+                "rehearsal_error": _fmt(_off_by(estimate, peak_device), 2),
                 "rehearsal_before_gib": _fmt(_div(earlier, GIB)),
-                "rehearsal_before_error": _fmt(
-                    earlier / peak_device - 1 if earlier and peak_device else None, 2
-                ),
+                "rehearsal_before_error": _fmt(_off_by(earlier, peak_device), 2),
             }
         )
     return rows
@@ -217,15 +219,19 @@ def _div(value: float | None, by: float) -> float | None:
     return None if value is None else value / by
 
 
-def keep(folder: Path, into: Path) -> None:
-    """The slice's files and its runs' records, copied under `into/<slice>/`."""
-    name = json.loads((folder / "checks.json").read_text())["slice"]
+def _off_by(estimate: float | None, measured: float | None) -> float | None:
+    """How far an estimate is from what was measured, as a fraction of the measurement."""
+    return estimate / measured - 1 if estimate and measured else None
+
+
+def keep(folder: Path, name: str, runs: dict[str, dict[str, bytes]], into: Path) -> None:
+    """The slice's files and its runs' records (`runs`, archive_runs), copied under `into/<slice>/`."""
     target = into / name
     target.mkdir(parents=True, exist_ok=True)
     for file in SLICE_FILES:
         if (folder / file).is_file():
             shutil.copyfile(folder / file, target / file)
-    for cell, files in archive_runs(folder / f"node-{name}.tar.gz").items():
+    for cell, files in runs.items():
         (target / "runs" / cell).mkdir(parents=True, exist_ok=True)
         for file, data in files.items():
             (target / "runs" / cell / file).write_bytes(data)
@@ -291,10 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         if not (folder / "checks.json").is_file():
             print(f"error: {folder}: no checks.json, not a slice's --out folder", file=sys.stderr)
             return 2
-    peaks = measured_peaks(args.folders)
+    # Each folder's checks and archive read once, for its rows and for what is kept of it.
+    checks = [json.loads((folder / "checks.json").read_text()) for folder in args.folders]
+    slices = [(folder, found["slice"]) for folder, found in zip(args.folders, checks, strict=True)]
+    runs = {name: archive_runs(folder / f"node-{name}.tar.gz") for folder, name in slices}
+    peaks = measured_peaks(checks)
     rows: list[dict[str, Any]] = []
-    for folder in args.folders:
-        rows += rows_of(folder, estimates, peaks, before)
+    for folder, name in slices:
+        rows += rows_of(folder, name, runs[name], estimates, peaks, before)
     first = next((r for r in rows if r["status"] == "ok"), None)
     if first is None:
         print("error: no cell completed in the folders given", file=sys.stderr)
@@ -306,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    for folder in args.folders:
-        keep(folder, args.out / stem)
+    for folder, name in slices:
+        keep(folder, name, runs[name], args.out / stem)
     print(markdown(rows))
     print(
         f"{len(rows)} rows: {args.out / (stem + '.csv')}; the slices' files and run records under {args.out / stem}"

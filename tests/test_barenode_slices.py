@@ -290,4 +290,4 @@ def test_every_kit_trainer_has_a_rehearsal_found_by_its_name():
     from reprokit.contract import trainers
     from reprokit_trainers.rehearsal.__main__ import rehearsed
 
-    assert rehearsed() == trainers.kit_trainers()
+    assert list(rehearsed()) == trainers.kit_trainers()

@@ -10,6 +10,7 @@ in its result, never the end of the others. Exit status 0 when every cell rehear
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import sys
@@ -24,9 +25,11 @@ from . import fakedevice, plan
 OWN = {"__init__", "__main__", "fakedevice", "plan"}
 
 
-def rehearsed() -> list[str]:
-    """The trainers this package has a rehearsal of, found beside this file (never a list kept here)."""
-    return sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in OWN)
+@functools.cache
+def rehearsed() -> tuple[str, ...]:
+    """The trainers this package has a rehearsal of, found beside this file (never a list kept here):
+    looked up once, not for each cell."""
+    return tuple(sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in OWN))
 
 
 def trainer_module(trainer: str) -> Any:
