@@ -125,6 +125,27 @@ def test_a_full_disk_is_refused_before_anything_runs(tmp_path, monkeypatch):
     assert [a.verdict for a in report.answers()] == ["would not", "would not", "would not"]
 
 
+@pytest.mark.parametrize("hub", ["reachable", "unreachable"])
+def test_room_in_the_datasets_cache_is_asked_only_where_the_cells_would_download_their_dataset(
+    tmp_path, monkeypatch, hub
+):
+    # A CI machine with 962 MiB free was refused BridgeTower's smoke cells for want of 1 GiB of
+    # datasets cache, though with the hub unreachable they train on synthetic data and write none.
+    from reprokit import preflight
+    from reprokit.preflight.checks import data
+
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 900 * storage.MIB)
+    monkeypatch.setattr(data, "hub_reachable", lambda kind, repo: None if hub == "reachable" else "offline")
+    request = Request(recipes=["bridgetower"], accelerator="cpu", scale="smoke", runtime="local", container="none")
+    report = preflight.run(request, str(tmp_path), steps=False)
+    cache = [f for f in report.findings if f.check == "storage" and "datasets cache" in f.message]
+    if hub == "reachable":
+        (refusal,) = cache
+        assert refusal.blocks and refusal.message.endswith("900 MiB free, about 1.0 GiB needed")
+    else:
+        assert cache == [] and not [f for f in report.findings if f.blocks and f.check == "storage"]
+
+
 @pytest.mark.skipif(not can_unshare(), reason="no unprivileged mount namespaces here")
 def test_a_full_disk_for_real_a_tiny_tmpfs(tmp_path):
     out = tmp_path / "small"

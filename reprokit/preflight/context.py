@@ -32,6 +32,9 @@ class Context:
     # Why the Hugging Face hub cannot be reached from here (the data check); None: reachable or not asked.
     # The stepped runs then run offline, as they would end up anyway, without the hub client's retries.
     hub_unreachable: str | None = None
+    # The hub datasets the cells would download into this machine's datasets cache (the data check);
+    # the storage check asks room for them, and none where the cells would train on given or synthetic data.
+    hub_datasets: list[str] = field(default_factory=list)
     # The devices the cells would run on, as the driver named them, and their key in the recipes'
     # references (the devices check); None where not this machine's or not listed.
     device_name: str | None = None

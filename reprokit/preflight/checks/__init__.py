@@ -13,6 +13,6 @@ from reprokit.preflight.checks.steps import Steps
 from reprokit.preflight.checks.storage import Storage
 from reprokit.preflight.checks.trainers import Trainers
 
-CHECKS: tuple[type[Check], ...] = (Devices, Image, Trainers, Storage, Data, Steps, Collective)
+CHECKS: tuple[type[Check], ...] = (Devices, Image, Trainers, Data, Storage, Steps, Collective)
 
 __all__ = ["CHECKS", "Check"]

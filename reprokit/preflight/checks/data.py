@@ -269,6 +269,7 @@ class Data(Check):
             if "/" in recipe.dataset.id and not any(c.data for c in cells):
                 why = hub_reachable("datasets", recipe.dataset.id)
                 if why is None:
+                    context.hub_datasets.append(recipe.dataset.id)
                     found.append(
                         self.finding(
                             f"{recipe.name}: {recipe.dataset.id} from the hub at revision {recipe.dataset.revision}"

@@ -115,8 +115,9 @@ class Storage(Check):
                 )
             ]
         found = [self.finding(f"{out}: writable, {gib(free)} free (the session needs about {gib(need)})")]
-        if context.container == "none" and any("/" in context.recipe(c).dataset.id for c in context.cells):
-            # Without a container the trainers write the datasets cache of this machine's user.
+        if context.container == "none" and context.hub_datasets:
+            # Without a container the trainers write the datasets cache of this machine's user; only a
+            # download writes it (synthetic data and a given --data cache do not).
             cache = Path(
                 os.environ.get("HF_DATASETS_CACHE")
                 or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "datasets"

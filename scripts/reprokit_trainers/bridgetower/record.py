@@ -14,6 +14,7 @@ import torch
 from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
 
 from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.process.distributed import destroy_process_group
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
@@ -226,7 +227,7 @@ def write_summary(
         max_steps=training_args.max_steps,
         global_batch=global_batch(training_args),
     )
-    return run_dir.write_summary(
+    summary = run_dir.write_summary(
         throughput.meter,
         status="ok",
         throughput=figures,
@@ -271,3 +272,7 @@ def write_summary(
             mfu_precision(ran, training_args),
         ),
     )
+    # The ranks leave together, as the other trainers do: one that exits while its peer's gloo is
+    # still tearing down aborts that peer (std::terminate) after the summary is written.
+    destroy_process_group()
+    return summary
