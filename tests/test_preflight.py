@@ -136,7 +136,9 @@ def test_room_in_the_datasets_cache_is_asked_only_where_the_cells_would_download
 
     monkeypatch.setattr(storage, "free_bytes", lambda path: 900 * storage.MIB)
     monkeypatch.setattr(data, "hub_reachable", lambda kind, repo: None if hub == "reachable" else "offline")
-    request = Request(recipes=["bridgetower"], accelerator="cpu", scale="smoke", runtime="local", container="none")
+    request = Request(
+        recipes=["bridgetower"], accelerator="cpu", scale="smoke", runtime="local", container="none"
+    )
     report = preflight.run(request, str(tmp_path), steps=False)
     cache = [f for f in report.findings if f.check == "storage" and "datasets cache" in f.message]
     if hub == "reachable":
