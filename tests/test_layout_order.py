@@ -108,3 +108,16 @@ def test_an_edge_that_runs_back_is_named_with_its_file_and_line(tmp_path, import
     assert backward_edges({dotted: copy}, tmp_path) == [
         f"reprokit/{importer}:{line}: {part(dotted)} imports {name} ({part(name)} is not under it)"
     ]
+
+
+# A host module owns one thing: one that grows past this is split by what it holds (CONTRIBUTING.md).
+MODULE_LINES = 350
+
+
+def test_no_host_module_is_over_350_lines():
+    over = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MODULE_LINES
+    }
+    assert over == {}, f"split these by what they hold: {over}"

@@ -16,7 +16,7 @@ from reprokit.collect import run_row
 from reprokit.contract.errors import ReprokitError
 from reprokit.judge import verdicts
 from reprokit.judge.result_row import Row
-from reprokit.plan import cells, recipes
+from reprokit.plan import cells, recipes, release_choice
 from reprokit.report import report
 from tests.conftest import run_inv
 from tests.fakes.summaries import complete
@@ -33,7 +33,7 @@ RELEASES = {  # id: (device, figure, date, release) as optimum-habana's history 
 
 def _cell(release: str | None = None) -> cells.Cell:
     recipe = recipes.load("bridgetower")
-    chosen = cells.release_for({"bridgetower": recipe}, release)["bridgetower"]
+    chosen = release_choice.release_for({"bridgetower": recipe}, release)["bridgetower"]
     return cells.expand(recipe, "bridgetower", "gaudi2", "published", [VARIANT], devices=8, release=chosen)[0]
 
 
@@ -147,9 +147,9 @@ def test_a_reference_no_planned_recipe_has_stops_the_plan_naming_the_known_ones(
     with pytest.raises(
         ReprokitError, match=r"--reference 1\.15: no such release in bridgetower, volo; known: "
     ):
-        cells.release_for(loaded, "1.15")
+        release_choice.release_for(loaded, "1.15")
     # A recipe without the release (another publication in the session) is judged against none.
-    chosen = cells.release_for(loaded, "synapse-1.15.0")
+    chosen = release_choice.release_for(loaded, "synapse-1.15.0")
     volo = cells.expand(loaded["volo"], "volo", "cuda", "published", release=chosen["volo"])
     assert chosen["bridgetower"] == "synapse-1.15.0" and all(not c.references for c in volo)
 

@@ -34,7 +34,7 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import PreflightFailed, ReprokitError
 from reprokit.contract.textsafe import line
 from reprokit.judge import other_devices, releases
-from reprokit.plan import cells, listing, recipe_schema, recipes
+from reprokit.plan import cells, listing, recipe_schema, recipes, release_choice
 from reprokit.plan.planner import choose_scale
 from reprokit.run.placement import plan
 from reprokit.run.plugin_options import runtime_for
@@ -108,7 +108,7 @@ def show(c, recipe, options: RunOptions, json_=False):
     loaded = recipes.load(recipe)
     chosen = listing.resolve(options.accelerator).name
     scale = choose_scale(options.scale, chosen)
-    release = cells.release_for({loaded.name: loaded}, options.reference)[loaded.name]
+    release = release_choice.release_for({loaded.name: loaded}, options.reference)[loaded.name]
     found = cells.expand(
         loaded,
         recipe,

@@ -1,7 +1,7 @@
 """The release a published figure was measured on, in the words every output uses (`inv show`, the
 report's tables, the terminal table): a figure from a vendor's committed CI baselines names its
 software release, its date and the commit that set it; the publication's own figure names its source.
-Which release judges a cell is chosen when it is planned (`--reference`, plan/cells.release_for)."""
+Which release judges a cell is chosen when it is planned (`--reference`, plan/release_choice.release_for)."""
 
 from __future__ import annotations
 

@@ -16,10 +16,9 @@ from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import kit_revision
 from reprokit.contract.trainers import contract
-from reprokit.plan import accelerators, arguments
+from reprokit.plan import accelerators, arguments, release_choice
 from reprokit.plan.data import apply as apply_data
-from reprokit.plan.recipe_schema import PUBLICATION
-from reprokit.plan.recipes import Recipe, Reference, Variant, recipe_hash, resolve_path, trainer_module
+from reprokit.plan.recipes import Recipe, Variant, recipe_hash, resolve_path, trainer_module
 
 
 @dataclass
@@ -197,41 +196,6 @@ def nothing_to_run(recipe: Recipe, accelerator: str, scale: str, variants: list[
     )
 
 
-def release_for(loaded: dict[str, Recipe], given: str | None) -> dict[str, str | None]:
-    """Each recipe's release that --reference names (its id; None: the publication's figures, the
-    default). A name no recipe has is refused in one line naming the ones they have; a recipe without
-    it (another publication in the same session) is judged against none of its figures."""
-    if not given:
-        return dict.fromkeys(loaded)
-    found = {name: recipe.release_named(given) for name, recipe in loaded.items()}
-    if not any(found.values()):
-        known = [
-            f"{release_id} ({figures[0].release}, {figures[0].date})"
-            if figures and figures[0].release
-            else release_id
-            for recipe in loaded.values()
-            for release_id, figures in recipe.releases().items()
-        ]
-        raise ReprokitError(
-            f"--reference {given}: no such release in {', '.join(loaded)}; known: {', '.join(dict.fromkeys(known))}"
-        )
-    # A recipe without it keeps the name, which none of its figures has: its cells have no reference.
-    return {name: release_id or given for name, release_id in found.items()}
-
-
-def _of_release(variant: Variant, release: str | None) -> list[Reference]:
-    """The variant's figures of one release (None: the publication's own, the default)."""
-    return [r for r in variant.references if r.release_id == (release or PUBLICATION)]
-
-
-def _references_for(variant: Variant, accelerator: str, release: str | None = None) -> list[Reference]:
-    """What a cell on `accelerator` is judged against: the release's figures for the profile's devices
-    (a Gaudi3's figure judges only a cell that ran on a Gaudi3: verdicts.reference_for), and its ratios."""
-    profile = accelerators.get(accelerator)
-    keys = set(profile.device_names)
-    return [r for r in _of_release(variant, release) if r.ratio is not None or r.device in keys]
-
-
 def expand(
     recipe: Recipe,
     recipe_name_or_path: str,
@@ -248,7 +212,7 @@ def expand(
     """The cells of one recipe on one accelerator at one scale, in an order that runs `needs` first.
     `data`: the user's real data by key (checked already, data.resolve), for the keys this recipe takes.
     `profiled`: trace a few steps of each cell (so does a scale that says `profile: true`).
-    `release`: the id of the release whose figures judge the cells (release_for; None: the publication's)."""
+    `release`: the id of the release whose figures judge the cells (release_choice.release_for; None: the publication's)."""
     profile = accelerators.get(accelerator)
     if "." not in recipe.trainer and recipe.trainer not in trainers.kit_trainers():
         raise ReprokitError(
@@ -307,12 +271,13 @@ def expand(
                 unit=recipe.unit,
                 args=args,
                 references=[
-                    r.model_dump(exclude_none=True) for r in _references_for(variant, profile.name, release)
+                    r.model_dump(exclude_none=True)
+                    for r in release_choice.references_for(variant, profile.name, release)
                 ],
                 other_references=[
                     r.model_dump(exclude_none=True)
-                    for r in _of_release(variant, release)
-                    if r not in _references_for(variant, profile.name, release)
+                    for r in release_choice.of_release(variant, release)
+                    if r not in release_choice.references_for(variant, profile.name, release)
                 ],
                 baseline=variant.baseline,
                 group=variant.group,

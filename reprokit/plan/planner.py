@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, listing, recipes
-from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run, release_for
+from reprokit.plan.cells import Cell, cell_id, expand, left_out, nothing_to_run
 from reprokit.plan.data import resolve as resolve_data
+from reprokit.plan.release_choice import release_for
 from reprokit.plan.request import Request
 
 
