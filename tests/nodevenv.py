@@ -64,7 +64,8 @@ def make(venv: Path) -> Path:
     """The stand-in node's python (venv/bin/python)."""
     node = load_node()
     lacks = {canonical(n) for n in node.lacks}
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    # No ensurepip (3 CPU-s a venv): pip is linked in below with the node's packages, as a node has one.
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -72,7 +73,7 @@ def make(venv: Path) -> Path:
             capture_output=True, text=True, check=True,
         ).stdout.strip()
     )  # fmt: skip
-    for dist in _closure(list(node.packages), lacks):
+    for dist in [*_closure(list(node.packages), lacks), metadata.distribution("pip")]:
         where = Path(str(dist.locate_file("")))
         for top in _top_levels(dist):
             source, target = where / top, site / top
@@ -103,4 +104,4 @@ def without_pip(venv: Path) -> None:
     """The stand-in node with no pip (the bootstrap unpacks the wheels itself)."""
     site = next((venv / "lib").glob("python3*/site-packages"))
     for entry in site.glob("pip*"):
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
