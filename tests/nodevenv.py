@@ -4,7 +4,8 @@ package list (reprokit/barenode/node.yaml) as far as it can be had here.
 - This machine's Python (3.11) stands in for the node's 3.12, and the bundle is made for it.
 - The node's packages and what they need are linked from the kit's own environment (this Python's
   site-packages), so torch is this machine's 2.14.1 (CPU run, CUDA build) standing in for the node's
-  2.11: a second torch would be a multi-GB download.
+  2.11: a second torch would be a multi-GB download. Its pip is linked the same way (a node has one;
+  ensurepip would cost 3 CPU-s a venv).
 - transformers, tokenizers and huggingface-hub are installed from PyPI at the node's own versions
   (5.17, 0.23, 1.33): what the bundle's transformers 4.49 must win over.
 - What the node lacks (node.yaml `lacks`: invoke, pydantic, datasets, ...) is not there, even where
@@ -64,7 +65,8 @@ def make(venv: Path) -> Path:
     """The stand-in node's python (venv/bin/python)."""
     node = load_node()
     lacks = {canonical(n) for n in node.lacks}
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    # No ensurepip: pip is linked in below with the node's packages.
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -72,7 +74,7 @@ def make(venv: Path) -> Path:
             capture_output=True, text=True, check=True,
         ).stdout.strip()
     )  # fmt: skip
-    for dist in _closure(list(node.packages), lacks):
+    for dist in [*_closure(list(node.packages), lacks), metadata.distribution("pip")]:
         where = Path(str(dist.locate_file("")))
         for top in _top_levels(dist):
             source, target = where / top, site / top
@@ -103,4 +105,4 @@ def without_pip(venv: Path) -> None:
     """The stand-in node with no pip (the bootstrap unpacks the wheels itself)."""
     site = next((venv / "lib").glob("python3*/site-packages"))
     for entry in site.glob("pip*"):
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()

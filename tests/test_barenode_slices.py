@@ -291,3 +291,28 @@ def test_every_kit_trainer_has_a_rehearsal_found_by_its_name():
     from reprokit_trainers.rehearsal.__main__ import rehearsed
 
     assert list(rehearsed()) == trainers.kit_trainers()
+
+
+def test_a_device_check_that_does_not_start_is_said_even_where_an_earlier_one_left_its_answer(
+    tmp_path, monkeypatch
+):
+    # A node keeps its scratch between commands (d b c in turn share one): the last check's answer is
+    # there, and says the trainers imported.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    earlier = {"software": {"trainers_imported": ["vit"], "trainers_failed": {}}}
+    (scratch / "devicecheck.json").write_text(json.dumps(earlier))
+    fake = tmp_path / "trainers" / "reprokit_trainers" / "devicecheck"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import a_package_this_node_lacks\n")
+    monkeypatch.setenv("REPROKIT_TRAINERS_PATH", str(fake.parent.parent))
+    said: list[str] = []
+    found, usable = node_checks.trainers_here(slices.plan("d"), [], scratch, said.append)
+    assert not usable
+    assert found == {
+        "software": {"error": "ModuleNotFoundError: No module named 'a_package_this_node_lacks'"}
+    }
+    assert said[-1].startswith(
+        "checks: the trainers' side does not start in this Python: ModuleNotFoundError"
+    )

@@ -69,6 +69,9 @@ def trainers_here(
     ]
     command += [f"--{c}" for c in ("matmul", "energy") if c in checks]
     search = os.pathsep.join(filter(None, [trainers.search_path(), os.environ.get("PYTHONPATH")]))
+    # The scratch outlives a command (several slices share one): an earlier check's answer read back
+    # would say the trainers import where this check never started.
+    out.unlink(missing_ok=True)
     try:
         done = subprocess.run(
             command,
