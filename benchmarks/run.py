@@ -214,7 +214,7 @@ def model_flops() -> list[dict]:
     from reprokit_trainers.volo import run_volo
 
     # The recipe's large architecture, captions padded to 128 tokens as the trainer does.
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     bridgetower = offline.build_config(json.dumps(recipe["model"]["architecture"]))
     published = [
         (

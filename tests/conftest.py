@@ -143,7 +143,7 @@ def recipe_file(tmp_path):
         if raw is not None:
             path.write_text(raw)
             return path
-        data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+        data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
         data["name"] = path.stem
         for key in drop:
             data.pop(key)

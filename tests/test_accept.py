@@ -307,7 +307,7 @@ def _vit_fleet_recipe(tmp_path: Path) -> Path:
     for a node's share of the CPUs to show through this machine's other work)."""
     import yaml
 
-    data = yaml.safe_load((ROOT / "recipes" / "vit-speedups.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / "vit-speedups" / "recipe.yaml").read_text())
     data["name"] = "vitfleet"
     data["scales"]["smoke"]["args"].update(max_steps=24, logging_steps=4)
     path = tmp_path / "vitfleet.yaml"

@@ -64,6 +64,18 @@ def test_shortened_cells_run_the_warm_up_and_the_measured_steps():
     assert cell.args["synthetic_num_train"] == 48 * (cell.args["max_steps"] + 1)
 
 
+def test_a_trainer_that_names_its_synthetic_rows_gets_only_what_the_shortened_steps_consume():
+    # A role of the trainer's arguments.json, not its name: ViT's cell given the role is shortened alike.
+    (planned,) = [p.cell for p in slices.plan("d") if p.cell.variant == "baseline"]
+    cell = replace(
+        planned, args=dict(planned.args), roles={**planned.roles, "synthetic_rows": "synthetic_num_train"}
+    )
+    slices.shorten(cell, 3, slices.load().measured_steps)
+    assert cell.args["synthetic_num_train"] == cell.args["per_device_train_batch_size"] * (3 + 1)
+    slices.shorten(planned, 3, slices.load().measured_steps)  # its own roles: rows as the recipe has them
+    assert planned.args["synthetic_num_train"] != cell.args["synthetic_num_train"]
+
+
 def test_a_slice_argument_outside_the_trainers_schema_is_one_line_naming_the_file(tmp_path):
     bad = tmp_path / "slices.yaml"
     bad.write_text(

@@ -179,7 +179,7 @@ def _with_software(tmp_path: Path, kernels: dict, variants_beyond: bool = False)
     import yaml
 
     data = yaml.safe_load(
-        (Path(__file__).resolve().parent.parent / "recipes" / "bridgetower.yaml").read_text()
+        (Path(__file__).resolve().parent.parent / "recipes" / "bridgetower" / "recipe.yaml").read_text()
     )
     data["name"] = "bt-software"  # a user's recipe: a name of its own
     data["published_software"] = {"source": "test", "stack": {"torch": "2.0"}, "kernels": kernels}

@@ -384,7 +384,7 @@ def test_a_recipes_words_reach_the_terminal_as_text(tmp_path, capsys):
     from reprokit.cli import tasks
     from tests.conftest import ROOT
 
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     data.update(name="hostile", title=f"Hostile{ESC}]0;owned{ESC}\\ recipe{ESC}[2J",
                 notes=[f"beware{ESC}[31m"])  # fmt: skip
     for variant in data["variants"]:

@@ -314,7 +314,7 @@ def test_every_python_package_and_data_folder_of_the_tree_ships_in_the_wheel(bui
     data = {
         f"reprokit/bundle/{inside}/{path.relative_to(ROOT / folder).as_posix()}"
         for inside, folder, patterns in (
-            ("recipes", "recipes", ("*.yaml", "*.md")),
+            ("recipes", "recipes", ("*.yaml", "*.md", "*/*.yaml", "*/*.md")),
             ("docker", "docker", ("*.j2", "partials/*.j2")),
             ("accelerators", "accelerators", ("*.md", "*/*.yaml", "*/*.txt", "*/*.py")),
             ("jobs", "scripts/jobs", ("*.j2",)),

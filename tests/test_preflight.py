@@ -622,7 +622,7 @@ class FakeEngine:
 
 def _with_trainer(tmp_path: Path, trainer: str) -> Path:
     path = tmp_path / "mine.yaml"
-    text = (ROOT / "recipes" / "volo.yaml").read_text()
+    text = (ROOT / "recipes" / "volo" / "recipe.yaml").read_text()
     path.write_text(
         text.replace("\ntrainer: volo\n", f"\ntrainer: {trainer}\n").replace(
             "\nname: volo\n", "\nname: mine\n"

@@ -9,7 +9,7 @@ import pytest
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, cells, recipes
 
-PUBLISHED = {  # recipes/SOURCES.md §1, samples/s on 8 devices
+PUBLISHED = {  # recipes/bridgetower/SOURCES.md §1, samples/s on 8 devices
     "workers0": {"gaudi2": 601.5, "h100": 336.5, "a100-80gb": 227.5},
     "workers1": {"gaudi2": 747.4, "h100": 580.1, "a100-80gb": 339.7},
     "workers2": {"gaudi2": 768.7, "h100": 602.1, "a100-80gb": 345.4},
@@ -185,7 +185,7 @@ def test_a_malformed_recipe_file_on_the_command_line_exits_2(inv, recipe_file):
 
 
 def test_show_volo_gives_d5s_published_pretrain_and_finetune_commands_exactly(inv):
-    """recipes/SOURCES.md §3: the D5 command lines, flag by flag; the inconsistent token-label size is
+    """recipes/volo/SOURCES.md §1: the D5 command lines, flag by flag; the inconsistent token-label size is
     recorded as published and run as the token grid requires, and `inv show` says so."""
     result = inv("show", "volo", "--scale", "published", "--accelerator", "cuda", "--json")
     assert result.returncode == 0, result.stderr
@@ -268,7 +268,7 @@ def test_show_refuses_a_variant_whose_steps_end_within_the_warm_up(inv, recipe_f
 
     from tests.conftest import ROOT
 
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     data["scales"]["smoke"]["args"].update(max_steps=2, throughput_warmup_steps=2)
     path = recipe_file({"scales": data["scales"]})
     for task in ("show", "reproduce"):
@@ -410,7 +410,7 @@ def test_a_session_whose_recipe_file_now_takes_a_kit_recipes_name_is_not_resumed
 def test_the_kit_recipe_given_by_its_own_path_or_linked_from_a_users_folder_is_that_recipe(inv, tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "vit-speedups.yaml").symlink_to(recipes.resolve_path("vit-speedups"))
-    for given in ("recipes/vit-speedups.yaml", str(recipes.resolve_path("vit-speedups"))):
+    for given in ("recipes/vit-speedups/recipe.yaml", str(recipes.resolve_path("vit-speedups"))):
         shown = inv("show", given, "--json", *CPU, "--recipes", str(tmp_path / "mine"))
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["recipe"] == "vit-speedups"

@@ -107,7 +107,9 @@ def test_a_recipe_folder_named_in_the_settings_may_not_shadow_a_kit_recipe(tmp_p
     mine = tmp_path / "my-recipes" / "volo.yaml"
     mine.parent.mkdir()
     mine.write_text(
-        (ROOT / "recipes" / "volo.yaml").read_text().replace("\ntitle: ", "\ntitle: My edit of ", 1)
+        (ROOT / "recipes" / "volo" / "recipe.yaml")
+        .read_text()
+        .replace("\ntitle: ", "\ntitle: My edit of ", 1)
     )
     (tmp_path / "reprokit.yaml").write_text(yaml.safe_dump({"recipes": [str(mine.parent)]}))
     for task in (
@@ -117,7 +119,7 @@ def test_a_recipe_folder_named_in_the_settings_may_not_shadow_a_kit_recipe(tmp_p
         result = run_inv("--search-root", str(ROOT), *task, cwd=tmp_path)
         assert result.returncode != 0, result.stdout[-2000:]
         assert result.stderr.strip().splitlines()[-1] == (
-            f"reprokit: two recipes named 'volo': {ROOT / 'recipes' / 'volo.yaml'} and {mine}; a session's cells "
+            f"reprokit: two recipes named 'volo': {ROOT / 'recipes' / 'volo' / 'recipe.yaml'} and {mine}; a session's cells "
             "and results are named by the recipe, so rename the second (its `name:`, and its file if it is volo.yaml)"
         )
 

@@ -132,7 +132,7 @@ def test_no_exclusive_and_gpu_types_change_the_directives(tmp_path):
 
 
 def test_a_superpod_user_gets_pyxis_rendezvous_binding_and_the_published_command(tmp_path):
-    has_volo = (ROOT / "recipes" / "volo.yaml").exists()
+    has_volo = (ROOT / "recipes" / "volo" / "recipe.yaml").exists()
     recipe, variant = ("volo", "pretrain-d5") if has_volo else ("bridgetower", "workers0")
     script = render_slurm(tmp_path, recipe, "--accelerator", "cuda", "--nodes", "5", "--variant", variant)
     text = script.read_text()
@@ -529,7 +529,7 @@ def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_
 
 
 def fake_recipe(tmp_path: Path, **variant_args) -> Path:
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     data.update(name="slurmfake", trainer="fakes.fake_trainer", published_commands=[])
     data["variants"] = [{"name": "v", "baseline": True, "args": {"fake_tensorboard": True, **variant_args}}]
     path = tmp_path / "slurmfake.yaml"

@@ -52,7 +52,7 @@ TINY = {
     "contrastive_hidden_size": 32,
     "logit_scale_init_value": 2.6592,
 }
-# BridgeTower/bridgetower-large-itm-mlm-itc as recipes/SOURCES.md §4 describes it.
+# BridgeTower/bridgetower-large-itm-mlm-itc as recipes/bridgetower/SOURCES.md §2 describes it.
 LARGE = {
     "text_config": {
         "vocab_size": 50265,
@@ -391,7 +391,7 @@ def test_the_logit_scale_is_pinned_when_the_architecture_omits_it():
 
 def test_the_recipe_architectures_build():
     yaml = pytest.importorskip("yaml")
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     published = offline.build_config(json.dumps(recipe["model"]["architecture"]))
     assert record.count_parameters(published) == pytest.approx(866.6e6, abs=0.05e6)
     for name, scale in recipe["scales"].items():
@@ -623,7 +623,7 @@ def test_synthetic_cartoons_take_their_sizes_from_one_place_and_weigh_what_real_
     data = run_bridgetower.DataTrainingArguments()
     assert data.synthetic_image_width == list(CARTOON_WIDTHS) == [800, 1680]
     assert data.synthetic_image_height == list(CARTOON_HEIGHTS)
-    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     assert not {"image_width", "image_height"} & set(recipe["dataset"]["synthetic"])
     # About 56 KB a row: 548 MB of parquet shards for 9,792 train rows.
     rng = np.random.default_rng(0)

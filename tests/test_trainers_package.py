@@ -77,7 +77,7 @@ def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_comman
         readme = (folder / "README.md").read_text()
         assert f"python -m reprokit_trainers.{name} " in readme and "torchrun --standalone" in readme
         assert "## Departures" in readme
-        published = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text()).get(
+        published = yaml.safe_load((ROOT / "recipes" / recipe / "recipe.yaml").read_text()).get(
             "published_commands"
         )
         for entry in published or []:

@@ -121,9 +121,10 @@ def shorten(cell: cells.Cell, steps: int | None, measured_steps: int) -> None:
     for role, value in wanted.items():
         if roles.get(role):
             cell.args[roles[role]] = value
-    if cell.trainer == "bridgetower":
+    # A trainer that makes its synthetic rows up front names their count (role `synthetic_rows`).
+    if roles.get("synthetic_rows"):
         batch = int(cell.args[roles["batch_per_device"]])
-        cell.args["synthetic_num_train"] = batch * (int(cell.args[roles["max_steps"]]) + 1)
+        cell.args[roles["synthetic_rows"]] = batch * (int(cell.args[roles["max_steps"]]) + 1)
 
 
 def plan(name: str, accelerator: str = "cuda", path: Path = SLICES_FILE) -> list[Planned]:

@@ -70,8 +70,9 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def roles(trainer: str | None) -> dict[str, Any]:
     """The arguments the host reads without knowing the trainer (schema `roles`): `batch_per_device`,
-    `workers`, `max_steps` (argument names) and `switches` (argument -> {recorded, label}). Empty for a
-    trainer without a schema."""
+    `workers`, `max_steps`, `synthetic_rows` (the count of synthetic rows a trainer makes up front, cut
+    to what a shortened run consumes) (argument names) and `switches` (argument -> {recorded, label}).
+    Empty for a trainer without a schema."""
     return (schema(trainer) or {}).get("roles", {}) if trainer else {}
 
 

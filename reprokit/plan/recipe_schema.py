@@ -23,7 +23,7 @@ class Publication(Strict):
     title: str
     organization: str
     year: int
-    source: str = Field(description="Where the numbers come from, e.g. 'recipes/SOURCES.md §1'")
+    source: str = Field(description="Where the numbers come from, e.g. 'recipes/bridgetower/SOURCES.md §1'")
     url: str | None = None
 
 
@@ -79,7 +79,7 @@ class PublishedSoftware(Strict):
     """The stack a publication ran, and the software behaviour of its published variants."""
 
     source: str = Field(
-        description="where these facts were read (a source of recipes/SOURCES.md, upstream code)"
+        description="where these facts were read (a section of its folder's recipes/<name>/SOURCES.md, upstream code)"
     )
     stack: dict[str, str] = Field(
         default_factory=dict, description="framework and library versions, GPU generation: what ran then"

@@ -1,5 +1,9 @@
 """Recipes: one YAML file per published benchmark, validated against a strict schema.
 
+A publication is a folder, `recipes/<name>/`: its recipe (`recipe.yaml`, named by the folder) and
+the sources it cites (recipes/<name>/SOURCES.md). A recipe folder is searched for both that shape and flat
+`<name>.yaml` files (a user's `--recipes` folder of files keeps working), and found, never listed.
+
 A recipe pins what the publication depends on (model and dataset revisions, hyperparameters as
 published, reference numbers) and what is needed to run it offline (the architecture, the data's
 shapes). Every error names the file, the key path and what was expected, on one line.
@@ -35,6 +39,8 @@ from reprokit.plan.validation import one_line
 
 __all__ = ["SCALES", "SOFTWARE_KEYS", "DataKey", "Recipe", "Reference", "Variant", "trainer_module"]
 RECIPES_DIR = RECIPES
+# A publication's folder holds its recipe under this name; the folder's name is the recipe's file name.
+RECIPE_FILE = "recipe.yaml"
 # The user's recipe folders, searched after the kit's own (set once by the command line).
 _user_dirs: list[Path] = []
 
@@ -53,12 +59,21 @@ def search_dirs() -> list[Path]:
     return [RECIPES_DIR, *_user_dirs]
 
 
+def recipe_files(folder: Path) -> list[tuple[str, Path]]:
+    """The recipes of one recipe folder with the name each goes by besides its `name:`, in the order
+    of those names: each `<name>/recipe.yaml` (a publication's folder) and each flat `<name>.yaml` (a
+    user's folder of files)."""
+    flat = [(path.stem, path) for path in folder.glob("*.yaml")]
+    return sorted([*flat, *((path.parent.name, path) for path in folder.glob(f"*/{RECIPE_FILE}"))])
+
+
 def clash(name: str, first: Path, second: Path) -> ReprokitError:
     """Two recipe files of one name: cells, results and history are named by a recipe's name, so one
     would hide the other or two would mix under it."""
+    own = f"its folder if it is {name}/" if second.name == RECIPE_FILE else f"its file if it is {name}.yaml"
     return ReprokitError(
         f"two recipes named {name!r}: {first} and {second}; a session's cells and results are named by "
-        f"the recipe, so rename the second (its `name:`, and its file if it is {name}.yaml)"
+        f"the recipe, so rename the second (its `name:`, and {own})"
     )
 
 
@@ -139,12 +154,13 @@ def _scan_name(data: bytes) -> str | None:
 
 def catalog() -> dict[str, Path]:
     """Every name in the recipe folders (the kit's, then the user's), to its one file: a file is named
-    by its file name and by the `name:` it declares. A name two files take is refused, naming both:
-    one would hide the other, or run under its cell ids and mix into its results."""
+    by its file name (a publication folder's recipe.yaml: the folder's) and by the `name:` it declares.
+    A name two files take is refused, naming both: one would hide the other, or run under its cell ids
+    and mix into its results."""
     names: dict[str, Path] = {}
     for folder in search_dirs():
-        for path in sorted(folder.glob("*.yaml")):
-            for name in dict.fromkeys((path.stem, declared_name(path))):
+        for file_name, path in recipe_files(folder):
+            for name in dict.fromkeys((file_name, declared_name(path))):
                 if name is None:
                     continue
                 if name in names and names[name].resolve() != path.resolve():
@@ -154,9 +170,14 @@ def catalog() -> dict[str, Path]:
 
 
 def available() -> list[str]:
-    """Recipe names (their file names), the kit's first, then the user's folders'; a name two files
-    take is refused (catalog)."""
-    return [name for name, path in catalog().items() if name == path.stem]
+    """Recipe names (their file names, or their folders'), the kit's first, then the user's folders'; a
+    name two files take is refused (catalog)."""
+    catalog()  # refuses a name two files take: each file name below is then one file's
+    return list(dict.fromkeys(_file_names()))
+
+
+def _file_names() -> list[str]:
+    return [name for folder in search_dirs() for name, _ in recipe_files(folder)]
 
 
 def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
@@ -168,7 +189,7 @@ def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
     for given in names_or_paths:
         path = resolve_path(given).resolve()
         if path in files:
-            continue  # the same file named twice (volo,recipes/volo.yaml): its cells once
+            continue  # the same file named twice (volo,recipes/volo/recipe.yaml): its cells once
         recipe = load(given)
         if recipe.name in named:
             raise clash(recipe.name, named[recipe.name], path)
@@ -176,13 +197,22 @@ def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
     return loaded
 
 
-def is_kit_recipe(path: Path) -> bool:
-    return path.resolve().parent == RECIPES_DIR.resolve()
+def kit_name(path: Path) -> str | None:
+    """The file name of the kit's own recipe `path` is (its publication folder's), None for any other
+    file."""
+    return next(
+        (name for name, found in recipe_files(RECIPES_DIR) if found.resolve() == path.resolve()), None
+    )
 
 
 def resolve_path(name_or_path: str) -> Path:
-    """A recipe is named (``bridgetower``) or given by path (``path/to/my.yaml``)."""
+    """A recipe is named (``bridgetower``) or given by path (``path/to/my.yaml``,
+    ``recipes/volo/recipe.yaml``, or a publication's folder: ``recipes/volo``)."""
     candidate = Path(name_or_path)
+    if candidate.is_dir() and candidate.parent != Path("."):
+        if not (candidate / RECIPE_FILE).is_file():
+            raise ReprokitError(f"recipe folder {name_or_path} has no {RECIPE_FILE}")
+        candidate = candidate / RECIPE_FILE
     if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path("."):
         if not candidate.is_file():
             raise ReprokitError(f"recipe file {name_or_path} does not exist")
@@ -193,9 +223,8 @@ def resolve_path(name_or_path: str) -> Path:
         if known is not None and known.resolve() != candidate.resolve():
             raise clash(name, known, candidate)
         return candidate
-    path = catalog().get(name_or_path)
-    if path is not None and path.stem == name_or_path:
-        return path
+    if name_or_path in _file_names():
+        return catalog()[name_or_path]
     raise ReprokitError(f"unknown recipe {name_or_path!r}; known recipes: {', '.join(available()) or 'none'}")
 
 

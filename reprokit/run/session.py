@@ -39,7 +39,7 @@ def _recipe_ref(name: str) -> str:
     """A kit recipe by name stays a name; any other recipe file becomes an absolute path (a resume
     finds it without the --recipes folder it came from)."""
     path = recipes.resolve_path(name)
-    return name if recipes.is_kit_recipe(path) and path.stem == name else str(path.resolve())
+    return name if recipes.kit_name(path) == name else str(path.resolve())
 
 
 def save(session_dir: Path, the_plan: Plan, request: Request) -> Path:

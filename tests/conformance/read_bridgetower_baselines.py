@@ -7,7 +7,7 @@
 Standard library and git only. It prints each figure the history committed (8 Gaudi cards, batch 48,
 workers 2, mediapipe: the CI's MultiCardBridgetowerExampleTester, GaudiTrainer's train samples/s), with
 its commit, date and the release it was measured on, as the recipe's references write them; `--check`
-holds recipes/bridgetower.yaml's optimum-habana references to them (exit 1 on any difference).
+holds recipes/bridgetower/recipe.yaml's optimum-habana references to them (exit 1 on any difference).
 
 Where the figures are: tests/baselines/bridgetower_large_itm_mlm_itc.json (2023-08 to 2025-03, its
 `gaudi2` key from 2023-11 on), then tests/baselines/fixture/tests/test_examples.json (one key per
@@ -141,7 +141,7 @@ def read(repo: Path) -> tuple[list[dict], list[dict]]:
 
 
 def check(kept: list[dict], recipe: Path) -> list[str]:
-    """Where recipes/bridgetower.yaml's optimum-habana references differ from the history's figures."""
+    """Where recipes/bridgetower/recipe.yaml's optimum-habana references differ from the history's figures."""
     import yaml
 
     loaded = yaml.safe_load(recipe.read_text())
@@ -172,7 +172,9 @@ def main() -> int:
     parser.add_argument(
         "--optimum-habana", type=Path, required=True, help="a clone of huggingface/optimum-habana"
     )
-    parser.add_argument("--check", action="store_true", help="hold recipes/bridgetower.yaml to the history")
+    parser.add_argument(
+        "--check", action="store_true", help="hold recipes/bridgetower/recipe.yaml to the history"
+    )
     args = parser.parse_args()
     kept, left = read(args.optimum_habana)
     for item in left:
@@ -182,7 +184,9 @@ def main() -> int:
     for item in kept:
         print(json.dumps(item))
     if args.check:
-        problems = check(kept, Path(__file__).resolve().parents[2] / "recipes" / "bridgetower.yaml")
+        problems = check(
+            kept, Path(__file__).resolve().parents[2] / "recipes" / "bridgetower" / "recipe.yaml"
+        )
         for problem in problems:
             print(f"differs: {problem}", file=sys.stderr)
         return 1 if problems else 0

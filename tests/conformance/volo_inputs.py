@@ -37,7 +37,7 @@ CROPS = [(0.125, 0.0625, 0.375, 0.8125), (0.25, 0.5, 0.6875, 0.25), (0.0, 0.0, 1
 FLIPPED = [False, True, False]
 LABELS = [3, 7, 1]
 
-# The learning-rate schedules checked: main.py's flags of the D1 recipes (SOURCES.md §4).
+# The learning-rate schedules checked: main.py's flags of the D1 recipes (recipes/volo/SOURCES.md §2).
 SCHEDULES = {
     "pretrain-d1": {
         "lr": 1.6e-3,

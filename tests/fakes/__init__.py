@@ -26,7 +26,7 @@ def fake_recipe(
 ) -> Path:
     """The BridgeTower recipe with the fake trainer and the given variants (its hyperparameters are
     passed to the fake trainer, which ignores them, so the command lines stay realistic)."""
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
     if data_keys:
         data["dataset"]["data"] = data_keys
     data.update(

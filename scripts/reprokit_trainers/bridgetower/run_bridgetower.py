@@ -1,7 +1,7 @@
 """Contrastive fine-tuning of BridgeTower on New Yorker cartoons, measured as the 2023 benchmark was.
 
 The published run is optimum-habana's ``examples/contrastive-image-text/run_bridgetower.py``
-(recipes/SOURCES.md §1, §4): the stock ``BridgeTowerForContrastiveLearning``, captions tokenized to 128
+(recipes/bridgetower/SOURCES.md §1, §2): the stock ``BridgeTowerForContrastiveLearning``, captions tokenized to 128
 tokens, images decoded and resized in the dataset's on-the-fly transform (so in the loader
 workers), and the Trainer's loop. This script keeps that pipeline and adds what a rerun needs:
 

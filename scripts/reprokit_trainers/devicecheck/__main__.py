@@ -44,14 +44,16 @@ PACKAGES = (
     "pydantic",
     "invoke",
 )
-TRAINER_MODULES = {
-    "bridgetower": "reprokit_trainers.bridgetower.run_bridgetower",
-    "volo": "reprokit_trainers.volo.run_volo",
-    "vit": "reprokit_trainers.vit.run_vit",
-}
+
 NEEDS_CUDA = "needs CUDA: torch sees no CUDA device here (torch.cuda.is_available() is False)"
 MATMUL_SIZE = 8192
 MATMUL_ITERATIONS = {"bf16": 100, "fp16": 100, "tf32": 40, "fp32": 10}
+
+
+def trainer_module(name: str) -> str:
+    """What a kit trainer runs (`python -m reprokit_trainers.<name>` starts its `run_<name>.py`): its
+    imports are the whole stack the trainer needs, found by the package's layout, never listed here."""
+    return f"reprokit_trainers.{name}.run_{name}"
 
 
 def say(item: str, text: str) -> None:
@@ -64,7 +66,7 @@ def software(trainers: list[str]) -> dict[str, Any]:
     imported, failed = [], {}
     for name in trainers:
         try:
-            import_module(TRAINER_MODULES[name])
+            import_module(trainer_module(name))
             imported.append(name)
         except Exception as error:  # noqa: BLE001 -- the one line is the finding
             failed[name] = (
@@ -242,7 +244,11 @@ def matmul_and_energy(want_matmul: bool, want_energy: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reprokit_trainers.devicecheck", description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--trainers", default="", help="comma-separated: bridgetower,volo,vit")
+    parser.add_argument(
+        "--trainers",
+        default="",
+        help="comma-separated kit trainers (folders of reprokit_trainers), e.g. bridgetower,vit",
+    )
     parser.add_argument("--matmul", action="store_true")
     parser.add_argument("--energy", action="store_true")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""pycls's Vision Transformer, with the switches of Meta's ViT speedup ladder (recipes/SOURCES.md §2, §4).
+"""pycls's Vision Transformer, with the switches of Meta's ViT speedup ladder (recipes/vit-speedups/SOURCES.md §1, §2).
 
 The architecture follows facebookresearch/pycls ``pycls/models/vit.py`` (patchify stem):
 

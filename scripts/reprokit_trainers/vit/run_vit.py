@@ -1,6 +1,6 @@
 """Train pycls's ViT on ImageNet with each rung of Meta's speedup ladder, and measure img/s.
 
-The publication (Meta AI 2022, recipes/SOURCES.md §2) stacked optimizations on a DDP fp32 baseline of
+The publication (Meta AI 2022, recipes/vit-speedups/SOURCES.md §1) stacked optimizations on a DDP fp32 baseline of
 facebookresearch/pycls's ViT; each is a switch here, so the ladder is one ablation:
 
     --amp no|fp16|bf16|pure_fp16      fp16 = autocast + GradScaler (fp32 master weights);

@@ -1,6 +1,6 @@
 """``--loader dali``: NVIDIA DALI decodes and augments VOLO's training images, one pipeline per process.
 
-The publication trained with "one DALI loader per GPU process" (recipes/SOURCES.md §3). Token labeling ties
+The publication trained with "one DALI loader per GPU process" (recipes/volo/SOURCES.md §1). Token labeling ties
 each image to a score map that must be cropped and flipped exactly as the image was, so the loader
 is built around the crop rather than around a DALI file reader:
 

@@ -1,6 +1,6 @@
 """Train a VOLO (timm) on ImageNet with token labeling, as sail-sg/volo does, and measure img/s.
 
-The published recipe (sail-sg/volo main.py with the token-labeling toolbox; recipes/SOURCES.md §3, §4):
+The published recipe (sail-sg/volo main.py with the token-labeling toolbox; recipes/volo/SOURCES.md §1, §2):
 AdamW, cosine schedule stepped per epoch with a linear warmup from ``--warmup_lr`` and ten cooldown
 epochs at ``--min_lr``, stochastic depth, mixed precision (apex O1 there, torch.amp here), label
 smoothing 0.1, RandAugment ``rand-m9-mstd0.5-inc1`` + random erasing 0.25, no MixUp/CutMix, and
