@@ -50,7 +50,8 @@ def can_unshare() -> bool:
 
 
 def test_on_a_cpu_machine_the_smoke_cells_would_run_and_the_table_says_so(tmp_path):
-    result = run_inv("preflight", "volo", *CPU, "--out", str(tmp_path), timeout=600)
+    # In this process: the stepped cell is a process of its own, stopped at the steps check's own limit.
+    result = run_inv("preflight", "volo", *CPU, "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0] == "Preflight of 3 cell(s): cpu, smoke scale, volo"
@@ -361,21 +362,36 @@ def test_on_h200s_a_cell_published_on_h100s_runs_with_no_reference_beside_the_h1
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("accelerator", "name"), [("cuda", "NVIDIA H100 80GB HBM3"), ("gaudi2", "HL-225")])
-def test_on_eight_real_devices_given_the_data_each_cell_is_judged_by_its_own_figures(
-    accelerator, name, tmp_path
-):
+@pytest.fixture(scope="module")
+def every_recipes_data(tmp_path_factory) -> list[str]:
+    """The --data flags of every recipe's data: a New Yorker cache of the pinned split sizes (its 10,851
+    JPEGs: seconds to make), an ImageNet folder and its token labels. A preflight without steps only
+    reads them, so one copy serves every machine it is asked on."""
     pytest.importorskip("transformers")
     from tests.fakes.newyorker import newyorker_cache
     from tests.test_trainer_bridgetower import TINY
 
-    cache = newyorker_cache(tmp_path / "hf-cache", TINY, {"train": 9792, "validation": 531, "test": 528})
-    imagenet = tiny_imagenet(tmp_path / "imagenet")
-    labels = token_labels(tmp_path / "labels", imagenet)
+    root = tmp_path_factory.mktemp("every-recipes-data")
+    cache = newyorker_cache(root / "hf-cache", TINY, {"train": 9792, "validation": 531, "test": 528})
+    imagenet = tiny_imagenet(root / "imagenet")
+    labels = token_labels(root / "labels", imagenet)
+    return [
+        "--data",
+        f"dataset_cache={cache}",
+        "--data",
+        f"imagenet={imagenet}",
+        "--data",
+        f"token_labels={labels}",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("accelerator", "name"), [("cuda", "NVIDIA H100 80GB HBM3"), ("gaudi2", "HL-225")])
+def test_on_eight_real_devices_given_the_data_each_cell_is_judged_by_its_own_figures(
+    accelerator, name, tmp_path, every_recipes_data
+):
     result = run_inv("preflight", "all", "--accelerator", accelerator, "--no-steps", "--container", "none",
-                     "--data", f"dataset_cache={cache}", "--data", f"imagenet={imagenet}",
-                     "--data", f"token_labels={labels}", "--out", str(tmp_path / "out"),
+                     *every_recipes_data, "--out", str(tmp_path / "out"),
                      env=on_a_machine(tmp_path, accelerator, [name] * 8))  # fmt: skip
     answers = table(result)
     assert (
