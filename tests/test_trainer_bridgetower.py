@@ -32,7 +32,12 @@ from reprokit_trainers.common.data.synthetic import (  # noqa: E402
 )
 from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning",
+    "ignore::FutureWarning",
+    # The Trainer's loader on a machine without a GPU, in the runs made in this process (main_here).
+    "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning",
+)
 
 TRAINER = ["-m", "reprokit_trainers.bridgetower"]  # run from ROOT, as a user would
 # The smallest BridgeTower that builds: the vision encoder has hidden_size // 64 heads, so 64 at least.
@@ -99,12 +104,18 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
 
 
 def train(
-    tmp_path: Path, *args: str, launcher: tuple[str, ...] = ()
+    tmp_path: Path, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess, Path]:
+    """A small run in a process of its own (``launcher``: torchrun's); ``env`` is read as it starts."""
     run_dir = tmp_path / "run"
     command = [sys.executable, *launcher, *TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, *args]
     result = subprocess.run(
-        command, capture_output=True, text=True, env=offline_env(tmp_path), timeout=300, cwd=ROOT
+        command,
+        capture_output=True,
+        text=True,
+        env={**offline_env(tmp_path), **(env or {})},
+        timeout=300,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, run_dir
@@ -130,30 +141,58 @@ def refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> st
 
 
 @pytest.fixture
-def refused_here(tmp_path, monkeypatch, capsys):
-    """What `refused` checks, with the trainer's main called in this process (importing the trainer is
-    most of a refusal's time in a new one): a SystemExit of one line naming the error (the interpreter
-    prints it last and exits 1), no other error said, nothing written. `refused` keeps the process test
-    of the one line without a traceback."""
+def main_here(tmp_path, monkeypatch):
+    """The trainer's main, called in this process as a new one started with offline_env would run it
+    (importing torch and transformers is most of a small run's time in a new process: 9 CPU-s against
+    3 for the smoke run): offline, with the hub's and datasets' caches under tmp_path/hf (the libraries
+    read both once, on import: a checkpoint or tokenizer in this machine's cache would be loaded where
+    the run must fall back), and what main sets for its process put back after."""
     import datasets.config
     import huggingface_hub.constants
     import transformers.utils.hub
     import transformers.utils.logging
 
-    # Offline as a new process started with offline_env is: the libraries read these once, on import.
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.setenv(name, "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    # What main sets for its process, put back for the tests after.
+    hf = tmp_path / "hf"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hf / "hub"))
+    monkeypatch.setattr(transformers.utils.hub, "TRANSFORMERS_CACHE", str(hf / "hub"))
+    monkeypatch.setattr(transformers.utils.hub, "HF_MODULES_CACHE", str(hf / "modules"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", hf / "datasets")
+    monkeypatch.setattr(datasets.config, "HF_MODULES_CACHE", hf / "modules")
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     verbosity = transformers.utils.logging.get_verbosity()
+    yield run_bridgetower.main
+    transformers.utils.logging.set_verbosity(verbosity)
+
+
+@pytest.fixture
+def train_here(tmp_path, main_here):
+    """`train` with main called in this process (main_here); returns the run directory. `python -m
+    reprokit_trainers.bridgetower` itself runs in test_trainers_package.py and in this file's process
+    tests (torchrun, a read-only cache, a refusal)."""
+
+    def run(*args: str) -> Path:
+        run_dir = tmp_path / "run"
+        main_here(["--output_dir", str(run_dir), *SMALL_RUN, *args])
+        return run_dir
+
+    return run
+
+
+@pytest.fixture
+def refused_here(tmp_path, main_here, capsys):
+    """What `refused` checks, with the trainer's main called in this process (main_here): a SystemExit
+    of one line naming the error (the interpreter prints it last and exits 1), no other error said,
+    nothing written. `refused` keeps the process test of the one line without a traceback."""
 
     def run(*args: str) -> str:
         with pytest.raises(SystemExit) as raised:
-            run_bridgetower.main(["--output_dir", str(tmp_path / "run"), *args])
+            main_here(["--output_dir", str(tmp_path / "run"), *args])
         line = raised.value.code
         assert isinstance(line, str) and "\n" not in line and "error:" in line, line
         said = capsys.readouterr()
@@ -161,13 +200,11 @@ def refused_here(tmp_path, monkeypatch, capsys):
         assert not (tmp_path / "run" / "summary.json").exists()
         return line
 
-    yield run
-    transformers.utils.logging.set_verbosity(verbosity)
+    return run
 
 
-def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
-    _, run_dir = train(
-        tmp_path,
+def test_a_smoke_run_writes_the_whole_run_directory(train_here):
+    run_dir = train_here(
         "--random_init", "--synthetic_data", "--do_train", "--do_eval", "--do_predict",
         "--max_steps", "6", "--dataloader_num_workers", "1", "--optim", "adamw_hf",
     )  # fmt: skip
@@ -247,12 +284,10 @@ def test_a_smoke_run_writes_the_whole_run_directory(tmp_path):
     assert any(e.parent.name == "throughput" for e in events)
 
 
-def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_both(tmp_path):
+def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_both(train_here, capsys):
     """The published command line, unreachable hub: the run still completes, says what it used, and
     records each fallback as a departure (the host then gives no verdict)."""
-    result, run_dir = train(
-        tmp_path, *HUB_ARGS, "--do_train", "--max_steps", "3", "--image_pipeline", "kit-draft"
-    )
+    run_dir = train_here(*HUB_ARGS, "--do_train", "--max_steps", "3", "--image_pipeline", "kit-draft")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == 3
     assert summary["model_source"] == "random" and summary["model_fallback_reason"]
@@ -271,13 +306,12 @@ def test_offline_it_falls_back_to_random_weights_and_synthetic_data_and_records_
         ),
     ]
     assert summary["image_pipeline"] == "kit-draft" and summary["mediapipe"] is False
-    assert "[reprokit] departure from the publication (throughput): synthetic data" in result.stdout
+    assert "[reprokit] departure from the publication (throughput): synthetic data" in capsys.readouterr().out
 
 
-def test_each_throughput_definition_counts_what_its_publication_counted(tmp_path):
+def test_each_throughput_definition_counts_what_its_publication_counted(train_here):
     """10 rows in batches of 4 make a partial third batch: 5 steps hold 4, 4, 2, 4, 4 samples."""
-    _, run_dir = train(
-        tmp_path,
+    run_dir = train_here(
         "--random_init", "--synthetic_data", "--do_train", "--synthetic_num_train", "10",
         "--max_steps", "5", "--throughput_warmup_steps", "1", "--dataloader_num_workers", "0",
     )  # fmt: skip
@@ -633,9 +667,9 @@ def test_synthetic_cartoons_take_their_sizes_from_one_place_and_weigh_what_real_
     assert 50_000 < sum(sizes) / len(sizes) < 62_000
 
 
-def test_profile_traces_the_trainers_steps_after_its_warmup(tmp_path):
-    _, run_dir = train(
-        tmp_path, "--random_init", "--synthetic_data", "--do_train", "--max_steps", "6",
+def test_profile_traces_the_trainers_steps_after_its_warmup(train_here):
+    run_dir = train_here(
+        "--random_init", "--synthetic_data", "--do_train", "--max_steps", "6",
         "--dataloader_num_workers", "0", "--profile", '{"active": 2}',
     )  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -650,14 +684,24 @@ def test_profile_traces_the_trainers_steps_after_its_warmup(tmp_path):
     )
 
 
-@pytest.mark.slow
-def test_two_processes_train_together_under_torchrun(tmp_path):
+@pytest.fixture(scope="module")
+def torchrun_run(tmp_path_factory) -> Path:
+    """Two processes under torchrun, started as NGC's images start them (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1,
+    which torch reads once a process, so only a new one shows what it does) and asked for --tf32 false:
+    the run directory the torchrun and the TF32 tests read (one launch of three Pythons, not two)."""
     _, run_dir = train(
-        tmp_path,
+        tmp_path_factory.mktemp("torchrun"),
         "--random_init", "--synthetic_data", "--do_train", "--max_steps", "4",
-        "--per_device_train_batch_size", "2", "--dataloader_num_workers", "0",
+        "--per_device_train_batch_size", "2", "--dataloader_num_workers", "0", "--tf32", "false",
         launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+        env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"},
     )  # fmt: skip
+    return run_dir
+
+
+@pytest.mark.slow
+def test_two_processes_train_together_under_torchrun(torchrun_run):
+    run_dir = torchrun_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["world_size"] == 2
     # Global: 2 per device x 2 processes, 4 steps, the first 2 of them warm-up.
@@ -842,13 +886,8 @@ def test_a_given_cache_without_the_dataset_stops_in_one_line_not_on_synthetic_da
     assert "it was given, so nothing replaces it" in line
 
 
-def test_tf32_is_set_over_ngcs_override_and_recorded(tmp_path):
-    run_dir = tmp_path / "run"
-    command = [sys.executable, *TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, "--random_init",
-               "--synthetic_data", "--do_train", "--max_steps", "3", "--tf32", "false"]  # fmt: skip
-    env = {**offline_env(tmp_path), "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # as NGC's images set it
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_tf32_is_set_over_ngcs_override_and_recorded(torchrun_run):
+    run_dir = torchrun_run  # started with NGC's override, asked for --tf32 false
     precision = json.loads((run_dir / "sysinfo.json").read_text())["precision"]
     assert precision["tf32_matmul"] is False and precision["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "0"
     # On a CPU TF32 is set (the switches read back) but has nothing to act on: the software block says so.

@@ -13,13 +13,16 @@ it with --require-hashes, whichever of those files pip picks, and wheelhouses do
 
 from __future__ import annotations
 
+import atexit
 import base64
+import functools
 import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -149,6 +152,29 @@ def _run(command: list[str], what: str) -> None:
         raise ReprokitError(f"{what}: {lines[-1] if lines else f'exit {done.returncode}'}")
 
 
+@functools.cache
+def _pip_wheel(version: str) -> Path:
+    """pip's wheel of `version`, downloaded once a process (each resolution's model installs it), into
+    a folder removed when the process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="reprokit-pip-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    _run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+         "--disable-pip-version-check", "-d", str(folder), f"pip=={version}"],
+        f"cannot download pip {version}",
+    )  # fmt: skip
+    (wheel,) = folder.glob("pip-*.whl")
+    return wheel
+
+
+def _unpack(wheel: Path, site: Path) -> None:
+    """A pure-Python wheel installed as pip installs it: its files laid out in site-packages (a wheel is
+    them, as installed; the model runs none of its console scripts). A pip run for each install was
+    1-1.5 CPU-s of every resolution."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+
+
 def _base_environment(base: Base, where: Path) -> Path:
     """A venv of the base's Python, with the base's pip and its packages installed as stubs; returns
     its python."""
@@ -158,38 +184,20 @@ def _base_environment(base: Base, where: Path) -> Path:
         f"cannot make a Python {base.python} venv",
     )
     target = where / "venv" / "bin" / "python"
-    # The base's own pip (its version decides how it resolves), run from its wheel to install itself.
-    version = base.ships.get("pip", MODEL_PIP)
-    _run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--disable-pip-version-check", "-d", str(where), f"pip=={version}"],
-        f"cannot download pip {version}",
-    )  # fmt: skip
-    (wheel,) = where.glob("pip-*.whl")
-    _run(
-        [
-            str(target),
-            f"{wheel}/pip",
-            "install",
-            "--quiet",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            str(wheel),
-        ],
-        "cannot install pip",
-    )
+    (site,) = (where / "venv" / "lib").glob("python*/site-packages")
+    # The base's own pip (its version decides how it resolves).
+    _unpack(_pip_wheel(base.ships.get("pip", MODEL_PIP)), site)
     # The base's own builds (its framework, vendor versions pip cannot fetch) as stubs; the rest as the
     # real packages at the base's versions, whose dependencies and extras pip must see.
     protected = {normalize(n) for n in base.protect}
     stubs = where / "stubs"
     stubs.mkdir()
-    wheels = [str(stub_wheel(stubs, n, v)) for n, v in base.ships.items() if normalize(n) in protected]
+    for n, v in base.ships.items():
+        if normalize(n) in protected:
+            _unpack(stub_wheel(stubs, n, v), site)
     real = [f"{n}=={v}" for n, v in base.ships.items() if normalize(n) not in protected and n != "pip"]
     # No bytecode: the model is only read by pip's resolver, never imported (sympy's alone was 5 CPU-s).
     quiet = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--disable-pip-version-check"]
-    if wheels:
-        _run([str(target), *quiet, "--no-index", *wheels], f"cannot make the model of {base.name}")
     if real:
         _run(
             [str(target), *quiet, "--only-binary=:all:", *real],
@@ -275,6 +283,13 @@ def index_url() -> str:
     return (os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS settings of every index request, made once: urllib makes a context for each request
+    without one, loading the system's certificates each time (a lock's 77 pages spent 1.8 CPU-s on it)."""
+    return ssl.create_default_context()
+
+
 def index_files(name: str, index: str) -> list[tuple[str, str]]:
     """(file name, sha256) of every file the index lists for the project `name`: PEP 691's JSON where the
     index speaks it, else the sha256 fragments of PEP 503's links."""
@@ -284,7 +299,7 @@ def index_files(name: str, index: str) -> list[tuple[str, str]]:
     accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
     try:
         with urllib.request.urlopen(
-            urllib.request.Request(url, headers={"Accept": accept}), timeout=INDEX_TIMEOUT_S
+            urllib.request.Request(url, headers={"Accept": accept}), timeout=INDEX_TIMEOUT_S, context=_tls()
         ) as response:
             body, kind = response.read(), response.headers.get_content_type()
     except OSError as exc:
@@ -298,21 +313,30 @@ def index_files(name: str, index: str) -> list[tuple[str, str]]:
 def wheel_hashes(name: str, version: str, files: list[tuple[str, str]], supported: frozenset) -> list[str]:
     """The sha256 of each wheel of name==version among `files` that installs where `supported` holds."""
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-    from packaging.version import Version
+    from packaging.version import InvalidVersion, Version
 
+    wanted = Version(version)
+    # A wheel's version is its name's second field: each one read once, and only the wheels of the
+    # version wanted parsed whole (a project lists thousands of files; torch's and grpcio's parsed whole
+    # were most of this function's time).
+    versions: dict[str, Version | None] = {}
     found = set()
     for filename, digest in files:
         if not filename.endswith(".whl") or not digest:
+            continue
+        text = filename.split("-")[1] if filename.count("-") >= 4 else ""
+        if text not in versions:
+            try:
+                versions[text] = Version(text)
+            except InvalidVersion:
+                versions[text] = None
+        if versions[text] != wanted:
             continue
         try:
             wheel_name, wheel_version, _, wheel_tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, ValueError):
             continue
-        if (
-            wheel_name == canonicalize_name(name)
-            and wheel_version == Version(version)
-            and wheel_tags & supported
-        ):
+        if wheel_name == canonicalize_name(name) and wheel_version == wanted and wheel_tags & supported:
             found.add(digest)
     return sorted(found)
 
