@@ -115,9 +115,9 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     text = profile.lock_file.read_text()
     hashes = None
     if "--hash=" in text:
-        from reprokit.images import locks, pins
+        from reprokit.images import index_hashes, locks
 
-        hashes = pins.locked_hashes({locks.normalize(name): version}, profile.base_manifest)[
+        hashes = index_hashes.locked_hashes({locks.normalize(name): version}, profile.base_manifest)[
             locks.normalize(name)
         ]
     with tempfile.TemporaryDirectory(prefix="reprokit-lock-") as tmp:

@@ -28,7 +28,7 @@ from rich.console import Console
 from reprokit import __version__, images
 from reprokit.contract.errors import ReprokitError
 from reprokit.contract.gitinfo import kit_revision
-from reprokit.images import buildkit, locks, pins
+from reprokit.images import buildkit, index_hashes, locks
 from reprokit.images.build import BUILD_DIR, plan_build
 from reprokit.images.buildlog import failure, stream_build
 from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
@@ -521,7 +521,7 @@ def test_a_changed_pin_outside_the_framework_reuses_its_layer_and_fetches_only_w
     try:
         layers = engine.images.get(cpu_image["tag"]).attrs["RootFS"]["Layers"]
         for version in ("3.10", "3.9"):
-            hashes = pins.locked_hashes({"idna": version}, base)["idna"]
+            hashes = index_hashes.locked_hashes({"idna": version}, base)["idna"]
             profile = _lock_with(tmp_path, monkeypatch, f"idna=={version}", hashes)
             _fetch_the_changed_pin(profile, f"idna=={version}", cpu_image["wheels"])
             result = images.build(profile, BASE_IMAGE, cpu_image["wheels"])

@@ -14,7 +14,7 @@ import tomllib
 from reprokit import images
 from reprokit.cli import image_tasks
 from reprokit.contract.errors import ReprokitError
-from reprokit.images import locks, pins
+from reprokit.images import index_hashes, locks, pins
 from reprokit.plan import accelerators
 from tests.conftest import ROOT
 
@@ -42,7 +42,7 @@ def test_each_profile_resolves_on_its_base_to_exactly_its_lock_with_every_files_
         assert not {"torch", "torchvision", "numpy", "pillow"} & set(found.install)
     # The hashes are those the index lists for the base's Python and platform, and the file pip chose
     # for the base is among them (pip's choice inside the image is one of them).
-    listed = pins.locked_hashes(found.install, base)
+    listed = index_hashes.locked_hashes(found.install, base)
     assert locks.read_hashes(profile.lock_file) == listed
     assert found.chosen.keys() == found.install.keys()
     assert all(digest in listed[n] for n, digest in found.chosen.items())
@@ -79,7 +79,7 @@ def test_every_wheel_of_the_version_the_base_can_install_is_hashed_and_no_other(
         ("numpy-not.a.version-cp311-cp311-manylinux_2_28_x86_64.whl", "8" * 64),
         ("numpyx-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl", "9" * 64),  # another project's
     ]
-    assert pins.wheel_hashes("numpy", "2.4.6", files, supported) == sorted(
+    assert index_hashes.wheel_hashes("numpy", "2.4.6", files, supported) == sorted(
         ["a" * 64, "b" * 64, "3" * 64, "4" * 64, "5" * 64, "6" * 64]
     )
 

@@ -89,7 +89,7 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
     """Resolve the image's pins against what its base ships (pip, without pulling the base): what the
     pip layer installs, whether it would replace anything the base provides, and the sha256 of every
     file of each pinned version the base can install (from the package index)."""
-    from reprokit.images import locks
+    from reprokit.images import index_hashes, locks
     from reprokit.images import pins as resolving
 
     if check and upgrade:
@@ -110,9 +110,9 @@ def pins(c, accelerator="auto", write=False, check=False, upgrade=False):
         )
     for name, (old, new) in found.replaced.items():
         print(f"replaces the base's {name} {old} with {new}: {base.may_replace.get(name, '?')}")
-    index = resolving.index_url()
+    index = index_hashes.index_url()
     with console.status(f"reading the {len(found.install)} pins' files from {index}"):
-        hashes = resolving.locked_hashes(found.install, base, index)
+        hashes = index_hashes.locked_hashes(found.install, base, index)
     # The file pip chose must be among those hashed: else the tags of the base were read wrong.
     unhashed = sorted(n for n, digest in found.chosen.items() if digest not in hashes.get(n, []))
     if unhashed:
