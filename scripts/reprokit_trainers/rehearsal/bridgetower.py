@@ -23,7 +23,10 @@ from . import plan
 from .fakedevice import FakeDevice, estimate
 from .plan import Prepared, economy_note
 
-HOST_ONLY = (*plan.HOST_ONLY, "synthetic_num_eval", "synthetic_num_test", "synthetic_unique_images")
+# Beside the trainers' own: the eval and test rows, the images' variety, and torch.compile (not run
+# here: said for each cell by its prepare; the memory is eager's).
+HOST_ONLY = (*plan.HOST_ONLY, "synthetic_num_eval", "synthetic_num_test", "synthetic_unique_images",
+             "torch_compile", "torch_compile_backend", "torch_compile_mode")  # fmt: skip
 
 
 def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
@@ -68,12 +71,16 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     ran.append(
         f"data: {source} rows tokenized to {data_args.max_seq_length}, image path {bench.image_pipeline}"
     )
+    skipped = []
+    if training_args.torch_compile:
+        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     return Prepared(
         trainer="bridgetower",
         parsed=(model_args, data_args, bench, training_args, platform),
         data={"splits": splits, "image_size": image_size, "config": config},
         ran=ran,
         notes=notes,
+        skipped=skipped,
         batch=batch,
         image_size=image_size,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
@@ -130,8 +137,6 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
     ran.append(
         f"2 training steps: Trainer.training_step under accelerate's {prepared.precision} autocast, backward, optimizer step"
     )
-    if training_args.torch_compile:
-        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     skipped.append("DDP: one process (the node's one GPU) has no DDP wrapper, as the Trainer runs it")
     return {
         "ran": ran,
