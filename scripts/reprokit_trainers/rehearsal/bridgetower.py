@@ -53,6 +53,9 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     data_args.synthetic_num_eval = data_args.synthetic_num_test = 2
     data_args.synthetic_unique_images = economy["synthetic_unique_images"][1]
     training_args.dataloader_num_workers = economy["dataloader_num_workers"][1]
+    if training_args.dataloader_num_workers > 0:  # one batch taken: one drawn ahead (plan.first_batch)
+        economy["dataloader_prefetch_factor"] = (training_args.dataloader_prefetch_factor, 1)
+        training_args.dataloader_prefetch_factor = 1
     notes.append(economy_note(economy))
     os.environ["HF_DATASETS_CACHE"] = str(scratch / "datasets")
     tokenizer, _ = trainer.load_tokenizer(model_args, trainer.Sources(cache_only=True))
