@@ -61,6 +61,9 @@ def test_every_cell_of_every_slice_rehearses_and_fits_an_80_gb_device(tmp_path):
     assert compiled["same_device_step_as"] == "d/vit-speedups--sdpa"
     assert any(note.startswith("torch.compile: not run here") for note in compiled["skipped"])
     assert not any(note.startswith("torch.compile") for note in by_id["d/vit-speedups--sdpa"]["skipped"])
+    compiled = by_id["b/bridgetower--workers2-gpu-decode-fused-compile"]
+    assert compiled["same_device_step_as"] == "b/bridgetower--workers2-gpu-decode-fused"
+    assert any(note.startswith("torch.compile: not run here") for note in compiled["skipped"])
     assert by_id["c/volo--pretrain-d5-overlap-ddp"]["same_device_step_as"] == "a/volo--pretrain-d5"
     assert by_id["d/vit-speedups--baseline-fp32"]["same_device_step_as"] == "a/vit-speedups--baseline"
     # A different optimizer is a step of its own.

@@ -167,6 +167,21 @@ def test_attentions_softmax_is_counted_in_float32_under_autocast_as_cuda_runs_it
     assert device.live.current == before and kept.untyped_storage().nbytes() == 8 * 64 * 64 * 4
 
 
+def test_a_compiled_model_runs_eager_on_the_fake_device_and_is_counted_as_the_eager_one():
+    # accelerate compiles BridgeTower's model for --torch_compile: on fake tensors dynamo would trace
+    # it for minutes, and what the count speaks for is the eager step (said as not run).
+    counts = []
+    for compiled in (False, True):
+        device = fakedevice.FakeDevice()
+        with device.on():
+            model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+            run = torch.compile(model) if compiled else model
+            run(device.put(torch.ones(64, 256))).sum().backward()
+        counts.append((device.live.peak, device.live.current))
+    assert counts[0] == counts[1]
+    assert torch._dynamo.utils.counters["stats"]["calls_captured"] == 0  # nothing traced
+
+
 def test_a_cell_over_the_device_does_not_fit_and_says_so():
     memory = fakedevice.estimate(79 * 2**30, {"DDP gradient buckets": 2**30})
     assert not memory["fits"]

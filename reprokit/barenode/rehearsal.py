@@ -56,7 +56,7 @@ def rehearse(
     names: list[str],
     scratch: Path | None = None,
     slices_file: Path = slices.SLICES_FILE,
-    workers_cap: int = 2,
+    workers_cap: int = 1,
     jobs: int = 0,
 ) -> list[Rehearsed]:
     """Rehearse the cells of the slices `names`; raises RunFailed (after the table) when a cell failed

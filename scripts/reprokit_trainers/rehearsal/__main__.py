@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cells", type=Path, help="JSON lines: cell_id, trainer, argv")
     parser.add_argument("--out", type=Path, required=True, help="results, one JSON line per cell")
     parser.add_argument("--scratch", type=Path, required=True, help="where the data and run folders go")
-    parser.add_argument("--workers-cap", type=int, default=2, help="loader workers at most (default 2)")
+    # One worker: the trainers' multi-process loading (the dataset pickled, worker_init_fn run) for the
+    # price of the one batch taken; each further worker decodes a batch nobody takes.
+    parser.add_argument("--workers-cap", type=int, default=1, help="loader workers at most (default 1)")
     args = parser.parse_args(argv)
     import warnings
 

@@ -23,7 +23,10 @@ from . import plan
 from .fakedevice import FakeDevice, estimate
 from .plan import Prepared, economy_note
 
-HOST_ONLY = (*plan.HOST_ONLY, "synthetic_num_eval", "synthetic_num_test", "synthetic_unique_images")
+# Beside the trainers' own: the eval and test rows, the images' variety, and torch.compile (not run
+# here: said for each cell by its prepare; the memory is eager's).
+HOST_ONLY = (*plan.HOST_ONLY, "synthetic_num_eval", "synthetic_num_test", "synthetic_unique_images",
+             "torch_compile", "torch_compile_backend", "torch_compile_mode")  # fmt: skip
 
 
 def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
@@ -50,6 +53,9 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     data_args.synthetic_num_eval = data_args.synthetic_num_test = 2
     data_args.synthetic_unique_images = economy["synthetic_unique_images"][1]
     training_args.dataloader_num_workers = economy["dataloader_num_workers"][1]
+    if training_args.dataloader_num_workers > 0:  # one batch taken: one drawn ahead (plan.first_batch)
+        economy["dataloader_prefetch_factor"] = (training_args.dataloader_prefetch_factor, 1)
+        training_args.dataloader_prefetch_factor = 1
     notes.append(economy_note(economy))
     os.environ["HF_DATASETS_CACHE"] = str(scratch / "datasets")
     tokenizer, _ = trainer.load_tokenizer(model_args, trainer.Sources(cache_only=True))
@@ -68,12 +74,16 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     ran.append(
         f"data: {source} rows tokenized to {data_args.max_seq_length}, image path {bench.image_pipeline}"
     )
+    skipped = []
+    if training_args.torch_compile:
+        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     return Prepared(
         trainer="bridgetower",
         parsed=(model_args, data_args, bench, training_args, platform),
         data={"splits": splits, "image_size": image_size, "config": config},
         ran=ran,
         notes=notes,
+        skipped=skipped,
         batch=batch,
         image_size=image_size,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
@@ -130,8 +140,6 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
     ran.append(
         f"2 training steps: Trainer.training_step under accelerate's {prepared.precision} autocast, backward, optimizer step"
     )
-    if training_args.torch_compile:
-        skipped.append("torch.compile: not run here (inductor needs a compiler); the memory is eager's")
     skipped.append("DDP: one process (the node's one GPU) has no DDP wrapper, as the Trainer runs it")
     return {
         "ran": ran,

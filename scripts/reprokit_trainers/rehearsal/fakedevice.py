@@ -26,8 +26,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 GIB = 2**30
 # What the rehearsal holds a cell against: an 80 GB device's memory as its driver reports it (an H100
@@ -40,12 +39,11 @@ ALLOWANCE_BYTES = int(1.5 * GIB)
 TIGHT = 0.90
 
 
-class LiveBytes(TorchDispatchMode):
-    """The bytes of the storages alive now (``current``) and at most (``peak``), over every op that
-    runs while the mode is active. A storage is counted once however many views it has."""
+class LiveBytes:
+    """The bytes of the storages alive now (``current``) and at most (``peak``), over every tensor
+    handed to ``track``. A storage is counted once however many views it has."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.sizes: dict[int, int] = {}
         self.refs: dict[int, weakref.ref] = {}
         self.current = 0
@@ -67,13 +65,39 @@ class LiveBytes(TorchDispatchMode):
         elif known != size:  # resized in place
             self.sizes[key] = size
             self.current += size - known
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def track_outputs(self, out: Any) -> None:
+        """An op's outputs: a tensor, or tuples and lists of them (what an aten op returns)."""
+        if isinstance(out, torch.Tensor):
+            self.track(out)
+        elif isinstance(out, (tuple, list)):
+            for value in out:
+                self.track_outputs(value)
+
+
+class CountingFakeTensorMode(FakeTensorMode):
+    """Torch's fake tensor mode, each op's outputs counted in ``live`` as the op returns. Counted
+    here rather than by a dispatch mode of its own above the fake one: a second mode costs each op a
+    second pass through the dispatcher and Python (about a sixth of a rehearsal's CPU time). Only an
+    op's outermost dispatch is counted, as a mode above would see it: the ops of a decomposition the
+    fake mode runs inside (``depth`` > 1) make temporaries torch's own kernel would not."""
+
+    def __init__(self, live: LiveBytes) -> None:
+        # Real tensors met inside (a constant, a loader's batch not yet put) become fake ones.
+        super().__init__(allow_non_fake_inputs=True)
+        self.live = live
+        self.depth = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        out = func(*args, **(kwargs or {}))
-        for value in tree_flatten(out)[0]:
-            if isinstance(value, torch.Tensor):
-                self.track(value)
+        self.depth += 1
+        try:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+        finally:
+            self.depth -= 1
+        if self.depth == 0:
+            self.live.track_outputs(out)
         return out
 
 
@@ -170,8 +194,11 @@ class FakeDevice:
     """The fake tensors' mode and the count of their bytes; enter it (``with device.on():``) around
     everything that would run on the GPU, and hand it real tensors from the loader with ``put``."""
 
-    mode: FakeTensorMode = field(default_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
     live: LiveBytes = field(default_factory=LiveBytes)
+    mode: CountingFakeTensorMode = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mode = CountingFakeTensorMode(self.live)
 
     @contextmanager
     def on(self) -> Iterator[None]:
@@ -179,7 +206,10 @@ class FakeDevice:
         torch.nn.Module.to = _stay_put(original_to)  # type: ignore[method-assign]
         torch.nn.init._no_grad_trunc_normal_ = _values_unread(original_trunc)
         try:
-            with self.mode, self.live, cuda_autocast_lists():
+            # A torch.compile'd model (accelerate's, for --torch_compile) runs eager here: dynamo would
+            # trace it on fake tensors (minutes, and inductor's memory is not the count's). A dispatch
+            # mode of the rehearsal's own made dynamo skip it until the count moved into the fake mode.
+            with self.mode, cuda_autocast_lists(), torch._dynamo.config.patch(disable=True):
                 yield
         finally:
             torch.nn.Module.to = original_to  # type: ignore[method-assign]

@@ -38,7 +38,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     batch = train_args.per_device_train_batch_size
     economy = shrink_image_data(data_args, workers_cap)
     loader, data_info = trainer.build_loader(data_args, model_args.img_size, batch, train_args.seed)
-    raw = next(iter(loader))
+    raw = plan.first_batch(loader)
     pixels = raw["pixel_values"]
     path = trainer.data_path(loader, pixels)
     if pixels.dtype == torch.uint8:

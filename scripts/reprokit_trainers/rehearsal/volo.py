@@ -63,7 +63,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     if data_args.loader == "dali":
         raise ValueError("--loader dali: not rehearsed (the node has no DALI; the slice leaves the cell out)")
     loader, data_info = trainer.build_data(data_args, img_size, label_size, batch, train_args.seed)
-    raw = next(iter(loader))
+    raw = plan.first_batch(loader)
     ran.append(f"loader: one batch of {batch} from the {data_args.loader} loader ({data_info['data']} data)")
     if data_args.loader == "gpu_decode":
         decode = imagenet.GpuDecode(
