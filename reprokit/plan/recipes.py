@@ -157,27 +157,30 @@ def catalog() -> dict[str, Path]:
     by its file name (a publication folder's recipe.yaml: the folder's) and by the `name:` it declares.
     A name two files take is refused, naming both: one would hide the other, or run under its cell ids
     and mix into its results."""
+    return _scan()[0]
+
+
+def available() -> list[str]:
+    """Recipe names (their file names, or their folders'), the kit's first, then the user's folders'; a
+    name two files take is refused (catalog)."""
+    return list(_scan()[1])
+
+
+def _scan() -> tuple[dict[str, Path], dict[str, Path]]:
+    """The catalog, and each file name (a folder's, for a publication) to its file, in one pass over
+    the folders; a name two files take is refused (a file name then belongs to one file)."""
     names: dict[str, Path] = {}
+    file_names: dict[str, Path] = {}
     for folder in search_dirs():
         for file_name, path in recipe_files(folder):
+            file_names.setdefault(file_name, path)
             for name in dict.fromkeys((file_name, declared_name(path))):
                 if name is None:
                     continue
                 if name in names and names[name].resolve() != path.resolve():
                     raise clash(name, names[name], path)
                 names.setdefault(name, path)
-    return names
-
-
-def available() -> list[str]:
-    """Recipe names (their file names, or their folders'), the kit's first, then the user's folders'; a
-    name two files take is refused (catalog)."""
-    catalog()  # refuses a name two files take: each file name below is then one file's
-    return list(dict.fromkeys(_file_names()))
-
-
-def _file_names() -> list[str]:
-    return [name for folder in search_dirs() for name, _ in recipe_files(folder)]
+    return names, file_names
 
 
 def load_unique(names_or_paths: list[str]) -> dict[str, Recipe]:
@@ -223,8 +226,9 @@ def resolve_path(name_or_path: str) -> Path:
         if known is not None and known.resolve() != candidate.resolve():
             raise clash(name, known, candidate)
         return candidate
-    if name_or_path in _file_names():
-        return catalog()[name_or_path]
+    path = _scan()[1].get(name_or_path)
+    if path is not None:
+        return path
     raise ReprokitError(f"unknown recipe {name_or_path!r}; known recipes: {', '.join(available()) or 'none'}")
 
 
