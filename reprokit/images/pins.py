@@ -87,8 +87,9 @@ def find_python(version: str) -> Path:
     )
 
 
-def stub_wheel(folder: Path, name: str, version: str) -> Path:
-    """An empty wheel that installs only NAME-VERSION.dist-info: pip then sees NAME==VERSION installed."""
+def stub_distribution(site: Path, name: str, version: str) -> None:
+    """NAME-VERSION.dist-info alone in `site` (site-packages), as an empty wheel would install it: pip
+    then sees NAME==VERSION installed."""
     dist = re.sub(r"[-_.]+", "_", name)
     info = f"{dist}-{version}.dist-info"
     files = {
@@ -101,11 +102,9 @@ def stub_wheel(folder: Path, name: str, version: str) -> Path:
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
         record.append(f"{path},sha256={digest},{len(text.encode())}")
     files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    path = folder / f"{dist}-{version.replace('-', '_')}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for name_in_zip, text in files.items():
-            wheel.writestr(name_in_zip, text)
-    return path
+    (site / info).mkdir()
+    for path, text in files.items():
+        (site / path).write_text(text)
 
 
 @dataclass
@@ -183,11 +182,9 @@ def _base_environment(base: Base, where: Path) -> Path:
     # The base's own builds (its framework, vendor versions pip cannot fetch) as stubs; the rest as the
     # real packages at the base's versions, whose dependencies and extras pip must see.
     protected = {normalize(n) for n in base.protect}
-    stubs = where / "stubs"
-    stubs.mkdir()
     for n, v in base.ships.items():
         if normalize(n) in protected:
-            _unpack(stub_wheel(stubs, n, v), site)
+            stub_distribution(site, n, v)
     real = [f"{n}=={v}" for n, v in base.ships.items() if normalize(n) not in protected and n != "pip"]
     # No bytecode: the model is only read by pip's resolver, never imported (sympy's alone was 5 CPU-s).
     quiet = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--disable-pip-version-check"]
