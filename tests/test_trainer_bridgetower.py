@@ -103,20 +103,27 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def in_a_process(
+    tmp_path: Path, command: list[str], env: dict[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess:
+    """`command` run from ROOT as a user would, offline (offline_env), ``env`` laid over it."""
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**offline_env(tmp_path), **(env or {})},
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
 def train(
     tmp_path: Path, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess, Path]:
     """A small run in a process of its own (``launcher``: torchrun's); ``env`` is read as it starts."""
     run_dir = tmp_path / "run"
     command = [sys.executable, *launcher, *TRAINER, "--output_dir", str(run_dir), *SMALL_RUN, *args]
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**offline_env(tmp_path), **(env or {})},
-        timeout=300,
-        cwd=ROOT,
-    )
+    result = in_a_process(tmp_path, command, env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, run_dir
 
@@ -124,14 +131,7 @@ def train(
 def refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """The one line a refused command line ends with (and nothing written, no traceback)."""
     command = [sys.executable, *TRAINER, "--output_dir", str(tmp_path / "run"), *args]
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**offline_env(tmp_path), **(env or {})},
-        timeout=120,
-        cwd=ROOT,
-    )
+    result = in_a_process(tmp_path, command, env, timeout=120)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
