@@ -75,6 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         service = next((s for s in ("docker", "slurm") if item.get_closest_marker(s)), None)
+        if item.get_closest_marker("xdist_group"):
+            continue  # a test's own, finer group (one per stand-in base: tests/test_standins.py)
         if service:
             item.add_marker(pytest.mark.xdist_group(f"{service}-{item.path.stem}"))
         elif _shares_a_module_fixture(item):

@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 from reprokit.images.pins import find_python
@@ -45,7 +47,7 @@ RUN apt-get update -qq \\
  && apt-get install -y -qq --no-install-recommends {" ".join(spec.system_packages)} >/dev/null \\
  && rm -rf /var/lib/apt/lists/*
 ARG WHEELHOUSE_URL
-RUN python{version} -m pip install --quiet --no-index --find-links "$WHEELHOUSE_URL" --trusted-host 127.0.0.1 \\
+RUN python{version} -m pip install --quiet --no-cache-dir --no-index --find-links "$WHEELHOUSE_URL" --trusted-host 127.0.0.1 \\
       {" ".join(spec.packages)}
 {env}LABEL io.reprokit.standin-for="{base.reference}"
 """
@@ -78,7 +80,8 @@ def _context(base: Base) -> io.BytesIO:
 
 
 def wheels(base: Base) -> Path:
-    """The stand-in's framework packages and their dependencies, for its Python (cached between runs)."""
+    """The stand-in's framework packages and their dependencies, for its Python (kept until the image is
+    built: a build that failed retries from them)."""
     folder = CACHE / f"{base.name}-py{base.standin.python}"
     marker = folder / ".complete"
     wanted = "\n".join(base.standin.packages)
@@ -106,7 +109,8 @@ def build(base: Base, client) -> str:
         return name
     except Exception:
         pass
-    with serve_directory(wheels(base), port=0) as url:
+    folder = wheels(base)
+    with serve_directory(folder, port=0) as url:
         stream = client.api.build(
             fileobj=_context(base), custom_context=True, tag=name, buildargs={"WHEELHOUSE_URL": url},
             network_mode="host", rm=True, forcerm=True, decode=True, pull=False,
@@ -116,4 +120,27 @@ def build(base: Base, client) -> str:
             if "error" in chunk:
                 raise RuntimeError(f"stand-in {name}: {chunk['error']} (last lines: {log[-5:]})")
             log.append(chunk.get("stream", "").strip())
+    # Gigabytes that the image now holds, installed: CI's disk is shared, and a missing image downloads them again.
+    shutil.rmtree(folder, ignore_errors=True)
     return name
+
+
+def main() -> int:
+    """Build every stand-in base the accelerator folders name (CI's service does, as it makes the local
+    base: the stand-in plays the vendor's registry, not a test); one line per base, with its time."""
+    from reprokit.images.engine import client
+
+    engine = client(timeout=1800)
+    for base in accelerators.bases().values():
+        if base.standin is None or base.standin.of is not None:
+            continue
+        started = time.monotonic()
+        name = build(base, engine)
+        print(
+            f"[standins] {name}, the stand-in for {base.image}:{base.tag}: {time.monotonic() - started:.0f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -25,8 +25,19 @@ USER = "4321:4321"  # a uid no image has in its /etc/passwd
 CELLS = {"bridgetower": "workers0", "volo": "pretrain-d1", "vit-speedups": "baseline"}
 
 
-# Every accelerator whose base names a stand-in, found in its folder.
-STOOD_IN = [name for name, profile in accelerators.profiles().items() if profile.base_manifest.standin]
+def _stood_in() -> list:
+    """Every accelerator whose base names a stand-in, found in its folder; under pytest-xdist, those on
+    one stand-in run in turn on one worker, and each stand-in's on its own (tests/conftest.py)."""
+    found = []
+    for name, profile in accelerators.profiles().items():
+        spec = profile.base_manifest.standin
+        if spec:
+            group = f"docker-test_standins-{spec.of or profile.base_manifest.name}"
+            found.append(pytest.param(name, marks=pytest.mark.xdist_group(group)))
+    return found
+
+
+STOOD_IN = _stood_in()
 
 
 @pytest.fixture(scope="module", params=STOOD_IN)
