@@ -42,7 +42,7 @@ def trainer_folder(trainer: str) -> Path | None:
     folder of a user's module (REPROKIT_TRAINERS_PATH first, then this Python's path)."""
     if "." not in trainer:
         try:
-            return trainers.package_dir() / trainer
+            return trainers.package_folder(trainer)
         except ReprokitError:
             return None
     parts = trainer.split(".")
