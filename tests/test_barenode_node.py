@@ -34,7 +34,6 @@ HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 IN_CI = os.environ.get("CI") == "true"
 SMOKE_SLICES = """
 measured_steps: 2
-offline: {vit-speedups: {synthetic_data: true}}
 slices:
   smoke:
     title: three smoke rungs of the ViT ladder on the CPU
@@ -274,7 +273,6 @@ def test_a_node_without_pip_gets_the_wheels_unpacked(bundle, tmp_path):
 # 4.5 CPU-s); the turn, the folders and the one budget are what the second slice is for.
 TWO_SLICES = """
 measured_steps: 2
-offline: {vit-speedups: {synthetic_data: true}}
 slices:
   first:
     title: one smoke rung
