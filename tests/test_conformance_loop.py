@@ -134,8 +134,17 @@ def record_kit(trainer: str, world: int, **overrides: Any) -> dict[str, Any]:
 
 
 def kit_ranks(rank: int, world: int, runs: list[tuple[str, list[str]]]) -> dict[str, dict[str, Any]]:
-    """One rank of each trainer's main() in turn, recorded (each leaves the group it joined)."""
-    return {trainer: kit_rank(rank, world, trainer, argv) for trainer, argv in runs}
+    """One rank of each trainer's main() in turn, recorded (each leaves the group it joined). Each
+    joins its group at a port of its own: after BridgeTower's Trainer run, a later trainer's group at
+    the same port never formed (its two ranks waited, idle, until killed after 11 minutes)."""
+    import os
+
+    first = int(os.environ["MASTER_PORT"])
+    found = {}
+    for index, (trainer, argv) in enumerate(runs):
+        os.environ["MASTER_PORT"] = str(first + index)
+        found[trainer] = kit_rank(rank, world, trainer, argv)
+    return found
 
 
 @pytest.fixture(scope="module")
