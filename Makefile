@@ -58,13 +58,13 @@ images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (AC
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)
-	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks accelerators
-	$(BIN)/ruff format --check --quiet reprokit scripts tests tasks.py benchmarks accelerators
+	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks accelerators recipes
+	$(BIN)/ruff format --check --quiet reprokit scripts tests tasks.py benchmarks accelerators recipes
 	$(BIN)/pytest -q -ra -n $(WORKERS) --dist loadgroup $(ARGS)
 
 lint: $(VENV)/.test  ## ruff's checks and formatting
-	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks accelerators
-	$(BIN)/ruff format --check reprokit scripts tests tasks.py benchmarks accelerators
+	$(BIN)/ruff check reprokit scripts tests tasks.py benchmarks accelerators recipes
+	$(BIN)/ruff format --check reprokit scripts tests tasks.py benchmarks accelerators recipes
 
 report: $(VENV)/.reproduce  ## rewrite the newest session's report
 	$(INV) report latest

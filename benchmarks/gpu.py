@@ -52,8 +52,8 @@ SUITE: dict[str, list[str] | None] = {
     ],
     "vit-speedups": None,
 }
-# What each recipe's cells need to run offline, and the steps measured after the warm-up: one place
-# for both, the bare node's slices (reprokit/barenode/slices.yaml), which run the same cells.
+# What each recipe's cells need to run offline (its recipe's `node: offline:`), and the steps measured
+# after the warm-up (the bare node's slices, reprokit/barenode/slices.yaml, which run the same cells).
 OFFLINE_ARGS: dict[str, dict[str, Any]] = {name: slices.offline_args(name) for name in SUITE}
 MEASURED_STEPS = slices.load().measured_steps
 

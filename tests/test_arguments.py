@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.contract import trainers
 from reprokit.contract.errors import ReprokitError
 from reprokit.plan import accelerators, arguments, cells, recipes
 from reprokit_trainers.common.process import argschema
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAINERS = ("bridgetower", "volo", "vit")
+TRAINERS = trainers.kit_trainers()
 
 
 def _fields(trainer: str) -> dict[str, dataclasses.Field]:
@@ -48,7 +49,7 @@ def _schema_type(annotation: typing.Any) -> tuple[str | None, bool]:
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_each_schema_names_only_real_arguments_with_their_types(trainer):
-    found = argschema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
+    found = argschema.load(trainers.package_folder(trainer))
     fields = _fields(trainer)
     for name, rule in found["arguments"].items():
         assert name in fields, f"{trainer}/arguments.json: {name} is not an argument of the trainer"
@@ -66,7 +67,7 @@ def test_each_schema_names_only_real_arguments_with_their_types(trainer):
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_default_satisfies_its_rule(trainer):
-    found = argschema.load(ROOT / "scripts" / "reprokit_trainers" / trainer)
+    found = argschema.load(trainers.package_folder(trainer))
     defaults = {}
     for name, f in _fields(trainer).items():
         if name in found["arguments"] and f.default is not dataclasses.MISSING:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.barenode import wheels
+from reprokit.barenode import node_checks, slices, wheels
 from tests import nodevenv
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,6 @@ HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 IN_CI = os.environ.get("CI") == "true"
 SMOKE_SLICES = """
 measured_steps: 2
-offline: {vit-speedups: {synthetic_data: true}}
 slices:
   smoke:
     title: three smoke rungs of the ViT ladder on the CPU
@@ -165,7 +164,8 @@ def test_slice_a_runs_to_its_end_with_no_network_in_the_nodes_python(bundle, nod
     # The trainers imported with the bundle's packages ahead of the node's; the node's torch is what runs.
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     packages = checks["software"]["packages"]
-    assert checks["software"]["trainers_imported"] == ["bridgetower", "vit", "volo"]
+    # Those of the kit's trainers the slice's cells run, as the package lays them out.
+    assert checks["software"]["trainers_imported"] == node_checks.kit_trainers_of(slices.plan("a"))
     assert packages["transformers"]["version"] == "4.49.0" and packages["transformers"]["from"] == "bundle"
     assert packages["torch"]["from"] == "node"
     assert "nvidia-smi is not on PATH" in checks["devices"]["error"]
@@ -274,7 +274,6 @@ def test_a_node_without_pip_gets_the_wheels_unpacked(bundle, tmp_path):
 # 4.5 CPU-s); the turn, the folders and the one budget are what the second slice is for.
 TWO_SLICES = """
 measured_steps: 2
-offline: {vit-speedups: {synthetic_data: true}}
 slices:
   first:
     title: one smoke rung

@@ -85,7 +85,6 @@ def test_a_shape_error_and_a_cell_too_large_for_the_device_are_found_before_the_
     spec.write_text(
         """
 measured_steps: 2
-offline: {volo: {synthetic_data: true}, vit-speedups: {synthetic_data: true}}
 slices:
   x:
     title: what must not reach the node

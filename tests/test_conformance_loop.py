@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
+from tests import conformance  # noqa: E402
 from tests.conformance import looprecord  # noqa: E402
 
 pytestmark = [
@@ -31,13 +32,12 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"),
 ]
 
-HERE = Path(__file__).parent / "conformance"
-FIXTURES = {"volo": "volo_golden.json", "vit": "vit_golden.json", "bridgetower": "bridgetower_golden.json"}
-# The published variant of each recipe whose loop is held, and the recipe.
+# Each trainer's golden loop (its publication's recipes/<name>/conformance/<trainer>_golden.json, found,
+# never listed), and the recipe and published variant whose loop is held to it (the fixture names it).
+FIXTURES = conformance.goldens()
 PUBLISHED = {
-    "volo": ("volo", "pretrain-d1"),
-    "vit": ("vit-speedups", "baseline"),
-    "bridgetower": ("bridgetower", "workers2"),
+    trainer: (path.parent.parent.name, json.loads(path.read_text())["loop"]["variant"])
+    for trainer, path in FIXTURES.items()
 }
 STEPS, LOGGING = 4, 2
 # The kit's measurement, not its loop: what these modules do is the meter's.
@@ -53,7 +53,7 @@ METER = (
 
 
 def golden(trainer: str) -> dict[str, Any]:
-    return json.loads((HERE / FIXTURES[trainer]).read_text())["loop"]
+    return conformance.golden(trainer)["loop"]
 
 
 def published_argv(trainer: str, output_dir: str, **overrides: Any) -> list[str]:
@@ -134,8 +134,17 @@ def record_kit(trainer: str, world: int, **overrides: Any) -> dict[str, Any]:
 
 
 def kit_ranks(rank: int, world: int, runs: list[tuple[str, list[str]]]) -> dict[str, dict[str, Any]]:
-    """One rank of each trainer's main() in turn, recorded (each leaves the group it joined)."""
-    return {trainer: kit_rank(rank, world, trainer, argv) for trainer, argv in runs}
+    """One rank of each trainer's main() in turn, recorded (each leaves the group it joined). Each
+    joins its group at a port of its own: after BridgeTower's Trainer run, a later trainer's group at
+    the same port never formed (its two ranks waited, idle, until killed after 11 minutes)."""
+    import os
+
+    first = int(os.environ["MASTER_PORT"])
+    found = {}
+    for index, (trainer, argv) in enumerate(runs):
+        os.environ["MASTER_PORT"] = str(first + index)
+        found[trainer] = kit_rank(rank, world, trainer, argv)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -165,12 +174,12 @@ def held_to_upstream(kit: dict[str, Any], upstream: dict[str, Any]) -> None:
         )
 
 
-@pytest.mark.parametrize("trainer", ["volo", "vit", "bridgetower"])
+@pytest.mark.parametrize("trainer", sorted(PUBLISHED))
 def test_a_published_loop_waits_reduces_and_zeroes_as_upstreams_did_alone(trainer):
     held_to_upstream(record_kit(trainer, 1), golden(trainer)["worlds"]["1"])
 
 
-@pytest.mark.parametrize("trainer", ["volo", "vit", "bridgetower"])
+@pytest.mark.parametrize("trainer", sorted(PUBLISHED))
 def test_a_published_loop_waits_reduces_and_zeroes_as_upstreams_did_in_two_ranks(trainer, two_ranks):
     held_to_upstream(two_ranks[trainer], golden(trainer)["worlds"]["2"])
 

@@ -12,17 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from tests import conformance
 from tests.conformance import environment
 
-HERE = Path(__file__).parent / "conformance"
-GENERATORS = {
-    "make_volo_golden.py": ("volo_golden.json", ("made_by", "loaded_roots")),
-    "make_vit_golden.py": ("vit_golden.json", ("made_with", "loaded_roots")),
-    "make_bridgetower_golden.py": ("bridgetower_golden.json", ("made_with", "loaded_roots")),
-}
+SHARED = Path(conformance.__file__).parent
+# Each publication's generator (recipes/<name>/conformance/make_<trainer>_golden.py) beside its fixture.
+GENERATORS = {p.name: p for f in conformance.folders() for p in f.glob("make_*_golden.py")}
 # Modules whose distribution has another name.
 DISTRIBUTION = {"cv2": "opencv-python-headless", "yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn"}
-LOCAL = {path.stem for path in HERE.glob("*.py")} | {"tests"}
+
+
+def local(path: Path) -> set[str]:
+    """The modules a generator takes from the checkout: its folder's, the shared helpers, the tests."""
+    return {p.stem for folder in (path.parent, SHARED) for p in folder.glob("*.py")} | {"tests"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -56,10 +58,16 @@ def documented(path: Path) -> set[str]:
     return environment.named(environment.install_line(docstring))
 
 
+def test_every_publications_golden_fixture_has_its_generator_beside_it():
+    fixtures = conformance.goldens()
+    assert fixtures, "no publication folder holds a golden fixture"
+    assert {f"make_{trainer}_golden.py" for trainer in fixtures} == set(GENERATORS)
+
+
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
 def test_a_generators_install_line_names_every_distribution_it_imports(generator):
-    path = HERE / generator
-    third_party = imported_modules(path) - set(sys.stdlib_module_names) - LOCAL - upstream_modules(path)
+    path = GENERATORS[generator]
+    third_party = imported_modules(path) - set(sys.stdlib_module_names) - local(path) - upstream_modules(path)
     needed = {environment.canonical(DISTRIBUTION.get(module, module)) for module in third_party}
     missing = needed - documented(path)
     assert not missing, f"{generator}'s install line does not name {sorted(missing)}"
@@ -67,11 +75,11 @@ def test_a_generators_install_line_names_every_distribution_it_imports(generator
 
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
 def test_a_generators_install_line_names_what_its_run_loaded_that_nothing_else_pulls_in(generator):
-    fixture, keys = GENERATORS[generator]
-    recorded = json.loads((HERE / fixture).read_text())
-    for key in keys:
-        recorded = recorded[key]
-    missing = set(recorded) - documented(HERE / generator)
+    path = GENERATORS[generator]
+    recorded = json.loads((path.parent / f"{path.stem.removeprefix('make_')}.json").read_text())
+    # Where the fixture records what the run loaded (its `made_with` or `made_by`).
+    (made,) = [recorded[key] for key in ("made_with", "made_by") if key in recorded]
+    missing = set(made["loaded_roots"]) - documented(path)
     assert not missing, f"{generator}'s run loaded {sorted(missing)}, which its install line does not name"
 
 

@@ -311,10 +311,28 @@ def test_every_python_package_and_data_folder_of_the_tree_ships_in_the_wheel(bui
         for top in ("reprokit", "reprokit_trainers")
         for init in (base / top).rglob("__init__.py")
     }
+    # A publication folder's trainer package, every module of it (rglob does not follow bundle/'s links).
+    packages |= {
+        f"reprokit/bundle/recipes/{path.relative_to(ROOT / 'recipes').as_posix()}"
+        for init in (ROOT / "recipes").glob("*/*/__init__.py")
+        for path in init.parent.rglob("*.py")
+    }
     data = {
         f"reprokit/bundle/{inside}/{path.relative_to(ROOT / folder).as_posix()}"
         for inside, folder, patterns in (
-            ("recipes", "recipes", ("*.yaml", "*.md", "*/*.yaml", "*/*.md")),
+            (
+                "recipes",
+                "recipes",
+                (
+                    "*.yaml",
+                    "*.md",
+                    "*/*.yaml",
+                    "*/*.md",
+                    "*/*/arguments.json",
+                    "*/*/README.md",
+                    "*/*/*/*.json",
+                ),
+            ),
             ("docker", "docker", ("*.j2", "partials/*.j2")),
             ("accelerators", "accelerators", ("*.md", "*/*.yaml", "*/*.txt", "*/*.py")),
             ("jobs", "scripts/jobs", ("*.j2",)),
@@ -323,4 +341,8 @@ def test_every_python_package_and_data_folder_of_the_tree_ships_in_the_wheel(bui
         for path in (ROOT / folder).glob(pattern)
     }
     assert packages and data and packages | data <= shipped, sorted((packages | data) - shipped)
+    # A publication's own tests and conformance generators are the checkout's.
+    assert not [
+        name for name in shipped if re.match(r"reprokit/bundle/recipes/[^/]+/(tests|conformance)/", name)
+    ]
     assert not [name for name in shipped if "__pycache__" in name or name.endswith(".pyc")]

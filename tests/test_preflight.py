@@ -303,7 +303,8 @@ def test_on_eight_real_devices_without_the_data_it_names_the_data_never_a_missin
     for cell, (verdict, because) in answers.items():
         assert verdict == "would not" and because.startswith("data: "), (cell, verdict, because)
     named = {f[2].split(":")[0] for f in findings(result) if f[:2] == ("x", "data")}
-    assert named == ({"bridgetower", "vit-speedups", "volo"} if accelerator == "cuda" else {"bridgetower"})
+    # Each recipe planned here names its data (which recipes run on the accelerator is theirs to say).
+    assert named == {cell.split("--")[0] for cell in answers} and "bridgetower" in named
     assert "--data dataset_cache=PATH" in answers["bridgetower--workers0"][1]
     # The last line names first what stops every cell here (a torch that sees no H100, no Habana stack).
     assert last_line(result).startswith(

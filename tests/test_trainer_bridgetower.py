@@ -487,7 +487,7 @@ def test_a_value_outside_the_argument_schema_is_refused_in_one_line(tmp_path):
 
 def test_the_recipes_gaudi_config_is_the_trainers_own_file_with_habana_clips_switches():
     resolved = gaudi.resolve_gaudi_config("gaudi_configs/clip.json")
-    shipped = ROOT / "scripts" / "reprokit_trainers" / "bridgetower" / "gaudi_configs" / "clip.json"
+    shipped = ROOT / "recipes" / "bridgetower" / "bridgetower" / "gaudi_configs" / "clip.json"
     assert resolved.path == shipped.resolve()
     assert resolved.settings == {
         "use_fused_adam": True,

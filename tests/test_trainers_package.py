@@ -15,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.contract import trainers
+from reprokit.plan import recipes
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "scripts" / "reprokit_trainers"
 HOST = "reprokit"
-RECIPES = {"bridgetower": "bridgetower", "volo": "volo", "vit": "vit-speedups"}  # trainer -> its recipe
+# The kit's trainers, wherever each lives (a publication's folder or the shared package), as the host
+# finds them; and the recipes that run each.
+FOLDERS = {name: trainers.package_folder(name) for name in trainers.kit_trainers()}
+RECIPES = {name: [r for r in recipes.available() if recipes.load(r).trainer == name] for name in FOLDERS}
 
 # A few steps of each trainer at the smallest size that builds, on synthetic data.
 TINY_BRIDGETOWER = {
@@ -66,21 +71,24 @@ SMOKE = {
 
 
 def modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+    return sorted({*PACKAGE.rglob("*.py"), *(p for f in FOLDERS.values() for p in f.rglob("*.py"))})
 
 
 def test_each_trainer_folder_has_its_main_and_a_readme_with_the_published_commands():
     yaml = pytest.importorskip("yaml")
-    for name, recipe in RECIPES.items():
-        folder = PACKAGE / name
+    assert FOLDERS and all(RECIPES.values()), RECIPES
+    for name, folder in FOLDERS.items():
         assert (folder / "__main__.py").exists() and (folder / f"run_{name}.py").exists()
         readme = (folder / "README.md").read_text()
         assert f"python -m reprokit_trainers.{name} " in readme and "torchrun --standalone" in readme
         assert "## Departures" in readme
-        published = yaml.safe_load((ROOT / "recipes" / recipe / "recipe.yaml").read_text()).get(
-            "published_commands"
-        )
-        for entry in published or []:
+        published = [
+            entry
+            for recipe in RECIPES[name]
+            for entry in yaml.safe_load(recipes.resolve_path(recipe).read_text()).get("published_commands")
+            or []
+        ]
+        for entry in published:
             assert entry["command"] in readme, (
                 f"{name}/README.md lacks the published command of {entry['source']} ({entry.get('version')}) "
                 "as the recipe holds it"
@@ -92,10 +100,9 @@ MAIN_LINES = 150  # a main a reader takes in at once, as transformers' examples 
 
 def test_each_trainers_main_is_at_most_150_lines_of_numbered_steps():
     # Every trainer: a folder with its argument schema (the host's view of a trainer) and its script.
-    trainers = sorted(p.parent.name for p in PACKAGE.glob("*/arguments.json"))
-    assert set(RECIPES) <= set(trainers)
-    for name in trainers:
-        script = PACKAGE / name / f"run_{name}.py"
+    assert FOLDERS
+    for name, folder in FOLDERS.items():
+        script = folder / f"run_{name}.py"
         (main,) = [
             node
             for node in ast.parse(script.read_text()).body

@@ -58,7 +58,6 @@ class Slice(BaseModel):
 class SlicesFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     measured_steps: int = Field(ge=1)
-    offline: dict[str, dict[str, Any]] = Field(default_factory=dict)
     slices: dict[str, Slice]
 
 
@@ -86,9 +85,10 @@ def load(path: Path = SLICES_FILE) -> SlicesFile:
         raise ReprokitError(one_line(str(path), error)) from None
 
 
-def offline_args(recipe: str, path: Path = SLICES_FILE) -> dict[str, Any]:
-    """What a cell of `recipe` needs to run with no network: random weights, synthetic data."""
-    return dict(load(path).offline.get(recipe, {}))
+def offline_args(recipe: str) -> dict[str, Any]:
+    """What a cell of `recipe` needs to run with no network (random weights, synthetic data): the
+    recipe's own `node: offline:`, in its folder beside it."""
+    return dict(recipes.load(recipe).node.offline)
 
 
 def get(name: str, path: Path = SLICES_FILE) -> Slice:
@@ -137,7 +137,7 @@ def plan(name: str, accelerator: str = "cuda", path: Path = SLICES_FILE) -> list
         where = f"{path} (slice {name}, cell {index + 1}: {entry.recipe} {entry.variant})"
         cell = _one_cell(entry, chosen.scale, accelerator, where)
         assert cell is not None
-        cell.args.update(spec.offline.get(entry.recipe, {}))
+        cell.args.update(offline_args(entry.recipe))
         cell.args.update(entry.args)
         if entry.as_:
             cell = _renamed(cell, entry.as_, entry.note)

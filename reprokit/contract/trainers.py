@@ -1,7 +1,9 @@
 """The trainers package (reprokit_trainers) as the host knows it: where it lives on this machine (to
-run it or to put it into an image; the host never imports it: the trainers import torch), and the
-run-directory contract it owns (reprokit_trainers/contract.json, and summary.schema.json beside it, with
-the check both sides type a summary with), which the host loads."""
+run it or to put it into an image; the host never imports it: the trainers import torch), its trainers
+(the shared package's own and those in publication folders, recipes/<recipe>/<name>/, which the package
+adds to its path: reprokit_trainers/__init__.py), and the run-directory contract it owns
+(reprokit_trainers/contract.json, and summary.schema.json beside it, with the check both sides type a
+summary with), which the host loads."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from reprokit.contract import layout
 from reprokit.contract.errors import ReprokitError
 
 PACKAGE = "reprokit_trainers"
@@ -36,10 +39,28 @@ def search_path() -> str:
 
 
 def source_folders() -> list[Path]:
-    """The folders of trainer code on that path: REPROKIT_TRAINERS_PATH's and the kit's trainers package
-    (not the folder around it, which in an installed kit is all of site-packages)."""
+    """The folders of trainer code on that path: REPROKIT_TRAINERS_PATH's, the kit's trainers package
+    (not the folder around it, which in an installed kit is all of site-packages) and the trainer
+    packages of the publication folders."""
     given = os.environ.get("REPROKIT_TRAINERS_PATH", "")
-    return [*(Path(p) for p in given.split(os.pathsep) if p), package_dir()]
+    return [*(Path(p) for p in given.split(os.pathsep) if p), package_dir(), *publication_packages().values()]
+
+
+def publication_packages() -> dict[str, Path]:
+    """The trainer packages that publication folders hold (recipes/<recipe>/<name>/, with its
+    `__init__.py` and `arguments.json`), by name: what reprokit_trainers/__init__.py adds to the
+    package's path, found by the same rule (the image and the node's bundle copy them in, flat)."""
+    found: dict[str, Path] = {}
+    for schema in sorted(layout.RECIPES.glob("*/*/arguments.json")):
+        package = schema.parent
+        if (package / "__init__.py").is_file():
+            found.setdefault(package.name, package)
+    return found
+
+
+def package_folder(name: str) -> Path:
+    """Where the kit's trainer `name` is: its publication folder's package, else the shared package's."""
+    return publication_packages().get(name) or package_dir() / name
 
 
 @cache
@@ -75,10 +96,13 @@ def contract() -> dict[str, Any]:
 
 def kit_trainers() -> list[str]:
     """The kit's own trainers: the packages of reprokit_trainers that `python -m` runs with a schema of
-    their arguments (the package's other commands, a device check or a rehearsal, train nothing)."""
-    return sorted(
-        p.parent.name for p in package_dir().glob("*/__main__.py") if (p.parent / "arguments.json").is_file()
-    )
+    their arguments (the package's other commands, a device check or a rehearsal, train nothing), in
+    the shared package or in a publication's folder."""
+    shared = [
+        p.parent for p in package_dir().glob("*/__main__.py") if (p.parent / "arguments.json").is_file()
+    ]
+    published = [p for p in publication_packages().values() if (p / "__main__.py").is_file()]
+    return sorted({p.name for p in [*shared, *published]})
 
 
 def locate(module: str) -> Path | None:
@@ -87,8 +111,11 @@ def locate(module: str) -> Path | None:
     run.sh orders them. None where it is not there."""
     parts = module.split(".")
     roots = [p for p in search_path().split(os.pathsep) if p] + [p or "." for p in sys.path]
-    for root in roots:
-        candidate = Path(root).joinpath(*parts)
+    candidates = [Path(root).joinpath(*parts) for root in roots]
+    if parts[0] == PACKAGE and len(parts) > 1 and parts[1] in publication_packages():
+        # The package's path goes on into the publication folders (reprokit_trainers/__init__.py).
+        candidates.append(publication_packages()[parts[1]].joinpath(*parts[2:]))
+    for candidate in candidates:
         if (candidate / "__main__.py").is_file():
             return candidate / "__main__.py"
         if candidate.with_suffix(".py").is_file():

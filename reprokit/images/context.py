@@ -51,12 +51,20 @@ def framework_lock(profile: Profile) -> str:
 
 
 def trainer_files() -> dict[str, bytes]:
-    """Every file of the trainers package, by its path in the context (reprokit_trainers/...)."""
-    root = trainers.package_dir()
+    """Every file of the trainers package, by its path in the context (reprokit_trainers/...): the
+    shared package's, and each publication folder's trainer package copied in flat
+    (reprokit_trainers/<name>/), so that the image imports it with no path of the recipes."""
+    found = _files_under(trainers.package_dir(), TRAINERS_PACKAGE)
+    for name, folder in trainers.publication_packages().items():
+        found.update(_files_under(folder, f"{TRAINERS_PACKAGE}/{name}"))
+    return dict(sorted(found.items()))
+
+
+def _files_under(root: Path, prefix: str) -> dict[str, bytes]:
     found = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and not any(part in SKIPPED or path.suffix in SKIPPED for part in path.parts):
-            found[f"{TRAINERS_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+            found[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
     return found
 
 

@@ -1,6 +1,6 @@
 """Trainer arguments checked before anything is launched: each kit trainer ships a light schema of its
 arguments (types, ranges, choices, and the roles of the arguments the host reads:
-reprokit_trainers/<trainer>/arguments.json; a user's trainer may ship one beside its module) that the trainer checks
+arguments.json in the trainer's package, recipes/<recipe>/<trainer>/ or reprokit_trainers/<trainer>/; a user's trainer may ship one beside its module) that the trainer checks
 its own arguments with, and the host checks every cell's with (inv show, render, run, reproduce), so a
 recipe with `per_device_train_batch_size: 0` is refused in one line before an image build or a queue wait.
 
@@ -42,7 +42,7 @@ def trainer_folder(trainer: str) -> Path | None:
     folder of a user's module (REPROKIT_TRAINERS_PATH first, then this Python's path)."""
     if "." not in trainer:
         try:
-            return trainers.package_dir() / trainer
+            return trainers.package_folder(trainer)
         except ReprokitError:
             return None
     parts = trainer.split(".")

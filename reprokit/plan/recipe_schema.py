@@ -197,6 +197,15 @@ class Scale(Strict):
     )
 
 
+class NodeRun(Strict):
+    offline: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the trainer arguments a cell of this recipe takes on a bare node, where nothing can be "
+        "downloaded (random weights, synthetic data of the real shapes): the node's slices and the GPU "
+        "bench add them to every cell of it (reprokit/barenode/slices.py)",
+    )
+
+
 class Recipe(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     title: str
@@ -222,6 +231,7 @@ class Recipe(Strict):
         default_factory=list, description="what the verdicts rest on that no publication states"
     )
     published_software: PublishedSoftware | None = None
+    node: NodeRun = Field(default_factory=NodeRun, description="how a bare node runs this recipe's cells")
 
     def expected_software(self, variant: Variant, accelerator: str | None = None) -> dict[str, str]:
         """The software a published variant must have run on ``accelerator`` to be judged (empty:

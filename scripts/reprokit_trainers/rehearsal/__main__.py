@@ -21,15 +21,21 @@ from typing import Any
 
 from . import fakedevice, plan
 
-# This package's own modules; every other module in it rehearses the trainer of its name.
-OWN = {"__init__", "__main__", "fakedevice", "plan"}
+# A trainer's rehearsal is a module of its own package, `reprokit_trainers.<trainer>.rehearse`: its
+# `prepare(argv, scratch, workers_cap)` (the cell's real half: arguments, data, one batch), its
+# `device_step(prepared, device)` (the model and steps on the fake device) and `HOST_ONLY`.
+HOOK = "rehearse"
+TRAINERS = __package__.rpartition(".")[0]
 
 
 @functools.cache
 def rehearsed() -> tuple[str, ...]:
-    """The trainers this package has a rehearsal of, found beside this file (never a list kept here):
-    looked up once, not for each cell."""
-    return tuple(sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in OWN))
+    """The trainers that have a rehearsal, found in the trainers package's folders (never a list kept
+    here), without importing a trainer: looked up once, not for each cell."""
+    package = importlib.import_module(TRAINERS)
+    return tuple(
+        sorted({p.parent.name for folder in package.__path__ for p in Path(folder).glob(f"*/{HOOK}.py")})
+    )
 
 
 def trainer_module(trainer: str) -> Any:
@@ -37,7 +43,7 @@ def trainer_module(trainer: str) -> Any:
     never pays for BridgeTower's transformers, datasets and accelerate (about 4 CPU-s a process)."""
     if trainer not in rehearsed():
         raise KeyError(f"{trainer}: not a trainer the rehearsal knows ({', '.join(rehearsed())})")
-    return importlib.import_module(f"{__package__}.{trainer}")
+    return importlib.import_module(f"{TRAINERS}.{trainer}.{HOOK}")
 
 
 def device_key(trainer: str, argv: list[str]) -> tuple[str, ...]:
@@ -71,11 +77,6 @@ def rehearse(
     try:
         prepared = trainer.prepare(list(cell["argv"]), scratch, workers_cap)
         result.update(batch=prepared.batch, image_size=prepared.image_size, precision=prepared.precision)
-        if cell["trainer"] == "volo" and prepared.parsed[2].save_checkpoint:
-            trainer.write_checkpoint(prepared, Path(prepared.parsed[2].output_dir))
-            prepared.ran.append(
-                "checkpoint: save_checkpoint's file, on the meta device (what a finetune loads)"
-            )
         key = (device_key(cell["trainer"], list(cell["argv"])), plan.handed_over(prepared.data))
         if key in done:
             step = dict(done[key], same_device_step_as=done[key]["cell_id"])

@@ -18,10 +18,9 @@ from reprokit_trainers.bridgetower import run_bridgetower as trainer
 from reprokit_trainers.bridgetower.throughput import StepSamples
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
-
-from . import plan
-from .fakedevice import FakeDevice, estimate
-from .plan import Prepared, economy_note
+from reprokit_trainers.rehearsal import plan
+from reprokit_trainers.rehearsal.fakedevice import FakeDevice, estimate
+from reprokit_trainers.rehearsal.plan import Prepared, economy_note
 
 # Beside the trainers' own: the eval and test rows, the images' variety, and torch.compile (not run
 # here: said for each cell by its prepare; the memory is eager's).

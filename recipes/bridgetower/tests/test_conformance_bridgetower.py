@@ -1,5 +1,5 @@
 """The BridgeTower trainer against optimum-habana v1.7.0's example and transformers 4.31: golden values
-made by that code (tests/conformance/make_bridgetower_golden.py; the fixture names the tag, the commit
+made by that code (recipes/bridgetower/conformance/make_bridgetower_golden.py; the fixture names the tag, the commit
 and the command), compared with no network. A published GPU cell must preprocess and collate as the
 example did, compute the same contrastive loss, and step the optimizer transformers 4.31's Trainer built
 by default."""
@@ -24,7 +24,9 @@ from tests.conformance.weights import deterministic_  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
-GOLDEN = json.loads((Path(__file__).parent / "conformance" / "bridgetower_golden.json").read_text())
+GOLDEN = json.loads(
+    (Path(__file__).resolve().parents[1] / "conformance" / "bridgetower_golden.json").read_text()
+)
 CONFIG = GOLDEN["config"]
 
 
@@ -204,7 +206,7 @@ def test_the_fixture_says_which_upstream_release_and_command_made_it():
         "script": "examples/contrastive-image-text/run_bridgetower.py",
     }
     assert GOLDEN["command"].startswith(
-        "python tests/conformance/make_bridgetower_golden.py --optimum-habana "
+        "python recipes/bridgetower/conformance/make_bridgetower_golden.py --optimum-habana "
     )
     # The publication's transformers, and its image path: torchvision's tensor resize without antialias.
     assert (

@@ -1,8 +1,8 @@
-"""Regenerate tests/conformance/vit_golden.json from facebookresearch/pycls itself.
+"""Regenerate recipes/vit-speedups/conformance/vit_golden.json from facebookresearch/pycls itself.
 
     git clone https://github.com/facebookresearch/pycls /path/to/pycls     # any clone with the commits
     python -m venv side && side/bin/pip install torch numpy yacs iopath simplejson opencv-python-headless matplotlib submitit fairscale
-    side/bin/python tests/conformance/make_vit_golden.py --pycls /path/to/pycls
+    side/bin/python recipes/vit-speedups/conformance/make_vit_golden.py --pycls /path/to/pycls
 
 Nothing of pycls is copied into the kit: each pinned commit's ``pycls/`` is exported from the given
 clone (``git archive``) into a temporary folder and imported from there, in its own process. The
@@ -34,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# This publication's folder, then the conformance helpers every publication shares (tests/conformance/).
+sys.path[:0] = [str(HERE), str(HERE.parents[2] / "tests" / "conformance")]
 
 import environment  # noqa: E402
 from weights import deterministic_, images, jpegs  # noqa: E402
@@ -129,6 +130,8 @@ def worker(layout: str) -> dict:
     return out
 
 
+# The recipe's published variant whose loop the kit's is held to (tests/test_conformance_loop.py).
+LOOP_VARIANT = "baseline"
 # The loop (looprecord.py): pycls's train_epoch over LOOP_STEPS batches at main's commit.
 LOOP_STEPS, LOOP_LOG_PERIOD, LOOP_WORLDS, LOOP_BATCH = 4, 2, (1, 2), 3
 # torch 1.9-1.11 (what the publication ran): Optimizer.zero_grad(self, set_to_none: bool = False)
@@ -233,7 +236,7 @@ def main() -> None:
             "numpy": numpy.__version__,
             "python": sys.version.split()[0],
         },
-        "command": "python tests/conformance/make_vit_golden.py --pycls /path/to/pycls",
+        "command": "python recipes/vit-speedups/conformance/make_vit_golden.py --pycls /path/to/pycls",
         "config": {
             "vit": TINY,
             "im_size": IM_SIZE,
@@ -271,7 +274,7 @@ def main() -> None:
                     [sys.executable, __file__, "--worker", "loop"],
                     capture_output=True, text=True, env={"PYTHONPATH": export, "PATH": "/usr/bin:/bin"},
                 )  # fmt: skip
-            golden["loop"] = worker_output(result)
+            golden["loop"] = {"variant": LOOP_VARIANT, **worker_output(result)}
     # What the runs loaded that nothing else asks for: the install line must name it all.
     golden["made_with"]["loaded_roots"] = sorted(
         {

@@ -15,12 +15,11 @@ import torch
 from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
+from reprokit_trainers.rehearsal import plan
+from reprokit_trainers.rehearsal.fakedevice import FakeDevice, estimate, trainable_bytes
+from reprokit_trainers.rehearsal.plan import Prepared, economy_note, shrink_image_data
 from reprokit_trainers.volo import run_volo as trainer
 from reprokit_trainers.volo import tokenlabel
-
-from . import plan
-from .fakedevice import FakeDevice, estimate, trainable_bytes
-from .plan import Prepared, economy_note, shrink_image_data
 
 # Beside the image trainers' own: the loader (what it hands over is in the device step's key, see
 # plan.handed_over) and DDP's schedule (one rank here: said for each cell by its prepare).
@@ -87,7 +86,7 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
     )
     ran.append("batch: normalize and random erasing, token targets by RoIAlign (on the CPU)")
     amp_mode, amp_dtype = trainer.amp_settings(train_args)
-    return Prepared(
+    prepared = Prepared(
         trainer="volo",
         parsed=(model_args, data_args, train_args, device_args),
         data={
@@ -109,6 +108,10 @@ def prepare(argv: list[str], scratch: Path, workers_cap: int) -> Prepared:
         image_size=img_size,
         precision="fp32" if amp_mode == "no" else amp_mode,
     )
+    if train_args.save_checkpoint:
+        write_checkpoint(prepared, Path(train_args.output_dir))
+        prepared.ran.append("checkpoint: save_checkpoint's file, on the meta device (what a finetune loads)")
+    return prepared
 
 
 def write_checkpoint(prepared: Prepared, run_dir: Path) -> Path:

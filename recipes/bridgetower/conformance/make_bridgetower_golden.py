@@ -1,8 +1,8 @@
-"""Regenerate tests/conformance/bridgetower_golden.json from optimum-habana v1.7.0 and transformers 4.31.
+"""Regenerate recipes/bridgetower/conformance/bridgetower_golden.json from optimum-habana v1.7.0 and transformers 4.31.
 
     git clone https://github.com/huggingface/optimum-habana /path/to/optimum-habana   # has tag v1.7.0
     python -m venv side && side/bin/pip install torch torchvision numpy pillow "transformers==4.31.0" "tokenizers==0.13.3" "accelerate==0.21.0"
-    side/bin/python tests/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana
+    side/bin/python recipes/bridgetower/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana
 
 Nothing upstream is copied into the kit: the example script ``run_bridgetower.py`` is read from the
 clone at the tag (``git show``) and only its ``Transform``, ``collate_fn`` and ``main``'s ``get_image``
@@ -33,7 +33,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# This publication's folder, then the conformance helpers every publication shares (tests/conformance/).
+sys.path[:0] = [str(HERE), str(HERE.parents[2] / "tests" / "conformance")]
 
 from weights import deterministic_  # noqa: E402
 
@@ -165,10 +166,15 @@ def loop_rank(rank: int, world: int, source: str) -> dict:
     return looprecord.sequences(recorder, logged, LOOP_STEPS)
 
 
+# The recipe's published variant whose loop the kit's is held to (tests/test_conformance_loop.py).
+LOOP_VARIANT = "workers2"
+
+
 def record_loop(source: str) -> dict:
     import looprecord
 
     return {
+        "variant": LOOP_VARIANT,
         "steps": LOOP_STEPS,
         "logging_steps": LOOP_LOGGING_STEPS,
         "worlds": {
@@ -254,7 +260,7 @@ def main() -> None:
             "torchvision": torchvision.__version__,
             "resize_antialias": False,
         },  # fmt: skip
-        "command": "python tests/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana",
+        "command": "python recipes/bridgetower/conformance/make_bridgetower_golden.py --optimum-habana /path/to/optimum-habana",
         "config": {"image_size": IMAGE_SIZE, "tiny": TINY, "mean": CLIP_MEAN, "std": CLIP_STD},
         "jpegs": [base64.b64encode(data).decode() for data in jpegs],
         "images": images,

@@ -1,8 +1,8 @@
 """The kit's VOLO trainer against the publication's own code, number for number.
 
-tests/conformance/volo_golden.json holds what sail-sg/volo (main.py, its model and loss), the
+recipes/volo/conformance/volo_golden.json holds what sail-sg/volo (main.py, its model and loss), the
 token-labeling toolbox and timm 0.4.5 computed on the fixed inputs of volo_inputs.py, at the
-commits it records (tests/conformance/make_volo_golden.py made it; rerun it to remake it). These
+commits it records (recipes/volo/conformance/make_volo_golden.py made it; rerun it to remake it). These
 tests feed the same inputs to the kit's trainer, with no network and no upstream code: the token
 targets, the model's outputs and gradients, the loss, the schedule, AdamW's groups and steps.
 Each published behaviour is also changed once, to show the comparison catches it; the kernels
@@ -21,11 +21,13 @@ pytest.importorskip("timm")
 
 from reprokit_trainers.common.record import software  # noqa: E402
 from reprokit_trainers.volo import attention, run_volo, tokenlabel  # noqa: E402
-from tests.conformance import volo_inputs as inputs  # noqa: E402
+from tests import conformance  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
-FIXTURE = Path(__file__).resolve().parent / "conformance" / "volo_golden.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "conformance" / "volo_golden.json"
+# The fixed inputs the generator fed the upstream code, beside the fixture.
+inputs = conformance.module(FIXTURE.parent / "volo_inputs.py")
 GOLDEN = json.loads(FIXTURE.read_text())
 
 
@@ -46,7 +48,7 @@ def test_the_fixture_says_which_upstream_commits_and_command_made_it():
         "sail-sg/volo": "cf35775276a887ccd749ad82c3ba0ac034020cc9",
         "zihangJiang/TokenLabeling": "9dbfd59aedecfe83f6f3253db4e99b82359d48ac",
     }
-    assert made_by["command"].startswith("python tests/conformance/make_volo_golden.py --volo ")
+    assert made_by["command"].startswith("python recipes/volo/conformance/make_volo_golden.py --volo ")
     assert made_by["packages"]["timm"] == "0.4.5"  # what both upstream repositories pin
     assert FIXTURE.stat().st_size < 64 * 1024
 

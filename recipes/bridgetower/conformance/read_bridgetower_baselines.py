@@ -1,8 +1,8 @@
 """Read optimum-habana's committed BridgeTower-large CI baselines, release by release, from its history.
 
     git clone https://github.com/huggingface/optimum-habana /path/to/optimum-habana
-    python tests/conformance/read_bridgetower_baselines.py --optimum-habana /path/to/optimum-habana
-    python tests/conformance/read_bridgetower_baselines.py --optimum-habana /path/to/optimum-habana --check
+    python recipes/bridgetower/conformance/read_bridgetower_baselines.py --optimum-habana /path/to/optimum-habana
+    python recipes/bridgetower/conformance/read_bridgetower_baselines.py --optimum-habana /path/to/optimum-habana --check
 
 Standard library and git only. It prints each figure the history committed (8 Gaudi cards, batch 48,
 workers 2, mediapipe: the CI's MultiCardBridgetowerExampleTester, GaudiTrainer's train samples/s), with
@@ -184,9 +184,7 @@ def main() -> int:
     for item in kept:
         print(json.dumps(item))
     if args.check:
-        problems = check(
-            kept, Path(__file__).resolve().parents[2] / "recipes" / "bridgetower" / "recipe.yaml"
-        )
+        problems = check(kept, Path(__file__).resolve().parents[1] / "recipe.yaml")
         for problem in problems:
             print(f"differs: {problem}", file=sys.stderr)
         return 1 if problems else 0

@@ -1,6 +1,6 @@
 """The fixed inputs of the VOLO conformance suite, shared by the side that makes the golden values
 (make_volo_golden.py, run against sail-sg/volo and the token-labeling toolbox) and the side that
-checks the kit against them (tests/test_conformance_volo.py). Only torch and numpy: both sides
+checks the kit against them (recipes/volo/tests/test_conformance_volo.py). Only torch and numpy: both sides
 import it, and so the inputs cannot differ.
 
 Everything is a function of names and seeds: the tiny VOLO's weights are drawn per tensor from a

@@ -14,11 +14,10 @@ import torch
 from reprokit_trainers.common.data import imagenet
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
+from reprokit_trainers.rehearsal import plan
+from reprokit_trainers.rehearsal.fakedevice import FakeDevice, estimate, trainable_bytes
+from reprokit_trainers.rehearsal.plan import Prepared, economy_note, shrink_image_data
 from reprokit_trainers.vit import run_vit as trainer
-
-from . import plan
-from .fakedevice import FakeDevice, estimate, trainable_bytes
-from .plan import Prepared, economy_note, shrink_image_data
 
 # Beside the image trainers' own: the input pipeline (what it hands over is in the device step's key,
 # see plan.handed_over) and torch.compile (not run here: said for each cell by its prepare).

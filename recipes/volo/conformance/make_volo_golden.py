@@ -3,7 +3,7 @@
     git clone https://github.com/sail-sg/volo /path/to/volo && git -C /path/to/volo checkout cf35775
     git clone https://github.com/zihangJiang/TokenLabeling /path/to/tlt && git -C /path/to/tlt checkout 9dbfd59
     python -m venv side && side/bin/pip install torch torchvision "timm==0.4.5" "numpy<1.24" scipy pyyaml
-    side/bin/python tests/conformance/make_volo_golden.py --volo /path/to/volo --tokenlabeling /path/to/tlt
+    side/bin/python recipes/volo/conformance/make_volo_golden.py --volo /path/to/volo --tokenlabeling /path/to/tlt
 
 Runs in an environment of the publication's libraries, outside the kit's: timm 0.4.5 (what
 sail-sg/volo's README and the toolbox's requirements.txt pin), numpy < 1.24 (sail-sg/volo's
@@ -12,7 +12,7 @@ imports the upstream code
 from the two checkouts, exactly as they are (a checkout with local changes is refused), feeds it
 the fixed inputs of volo_inputs.py on the CPU in float32, and writes what it computes with the
 checkouts' commits, the packages' versions and this command line, so that
-tests/test_conformance_volo.py can hold the kit's trainer to it without any network or upstream
+recipes/volo/tests/test_conformance_volo.py can hold the kit's trainer to it without any network or upstream
 code. Nothing of the upstream code is copied into the kit.
 
 What is recorded: a tiny VOLO's outputs for a fixed MixToken box and the gradient norm of every
@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = Path(__file__).resolve().parent / "volo_golden.json"
 DIGITS = 8  # significant digits kept: float32 carries about 7
 # The upstream checkouts' modules (not distributions): what the install line need not name.
@@ -74,7 +74,7 @@ def checkout(path: Path, repository: str) -> dict[str, str]:
 
 
 def upstream_model(VOLO: type) -> Any:
-    from tests.conformance import volo_inputs as inputs
+    import volo_inputs as inputs
 
     layers = inputs.ARCHITECTURE["layers"]
     return VOLO(
@@ -104,6 +104,7 @@ def loop_rank(rank: int, world: int, paths: list[str]) -> dict[str, Any]:
     import main as volo_main
     import numpy as np
     import torch
+    import volo_inputs as inputs
     from loss import TokenLabelCrossEntropy
     from models.volo import VOLO
     from timm.optim import create_optimizer
@@ -111,7 +112,6 @@ def loop_rank(rank: int, world: int, paths: list[str]) -> dict[str, Any]:
     from tlt.data.loader import PrefetchLoader, fast_collate
 
     from tests.conformance import looprecord
-    from tests.conformance import volo_inputs as inputs
 
     flags = ["/data", "--token-label", "--token-label-data", "/token-labels", "--token-label-size",
              str(inputs.LABEL_SIZE), "--log-interval", str(LOOP_LOG_INTERVAL), "--num-classes",
@@ -164,10 +164,15 @@ def loop_rank(rank: int, world: int, paths: list[str]) -> dict[str, Any]:
 TORCH_1_ZERO_GRAD_SET_TO_NONE = False
 
 
+# The recipe's published variant whose loop the kit's is held to (tests/test_conformance_loop.py).
+LOOP_VARIANT = "pretrain-d1"
+
+
 def record_loop(paths: list[str]) -> dict[str, Any]:
     from tests.conformance import looprecord
 
     return {
+        "variant": LOOP_VARIANT,
         "steps": LOOP_STEPS,
         "log_interval": LOOP_LOG_INTERVAL,
         "worlds": {str(world): looprecord.in_ranks(world, loop_rank, paths) for world in LOOP_WORLDS},
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     made_by = {
-        "command": "python tests/conformance/make_volo_golden.py "
+        "command": "python recipes/volo/conformance/make_volo_golden.py "
         + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
         "upstream": [
             checkout(args.volo, "sail-sg/volo"),
@@ -212,7 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         "python": sys.version.split()[0],
         "device": "cpu, float32",
     }
-    paths = [str(args.volo.resolve()), str(args.tokenlabeling.resolve()), str(ROOT)]
+    # The upstream checkouts, this folder (volo_inputs.py) and the checkout (tests/conformance's helpers).
+    paths = [str(args.volo.resolve()), str(args.tokenlabeling.resolve()), str(FIXTURE.parent), str(ROOT)]
     sys.path[:0] = paths
     if args.loop_only:
         golden = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -226,13 +232,12 @@ def main(argv: list[str] | None = None) -> None:
     import main as volo_main
     import numpy as np
     import torch
+    import volo_inputs as inputs
     from loss import TokenLabelCrossEntropy, TokenLabelGTCrossEntropy
     from models.volo import VOLO
     from timm.optim import create_optimizer
     from timm.scheduler import create_scheduler
     from tlt.data import create_token_label_target
-
-    from tests.conformance import volo_inputs as inputs
 
     torch.use_deterministic_algorithms(True)
     golden: dict[str, Any] = {"made_by": made_by}

@@ -1,5 +1,5 @@
 """The ViT ladder's trainer against facebookresearch/pycls itself: golden values made by pycls's own code
-at pinned commits (tests/conformance/make_vit_golden.py; the fixture names the commits and the command),
+at pinned commits (recipes/vit-speedups/conformance/make_vit_golden.py; the fixture names the commits and the command),
 compared with no network. A published rung must compute what pycls computed: the model in each
 classifier and layout, the loss, the parameter groups, the multi-tensor AdamW step, the learning rate
 per epoch, the data path; and it must dispatch the attention kernels pycls ran in 2022."""
@@ -23,7 +23,7 @@ from tests.conformance.weights import canonical, deterministic_, images  # noqa:
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
-GOLDEN = json.loads((Path(__file__).parent / "conformance" / "vit_golden.json").read_text())
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "conformance" / "vit_golden.json").read_text())
 CONFIG = GOLDEN["config"]
 CASES = [(layout, classifier) for layout in GOLDEN["layouts"] for classifier in ("token", "pooled")]
 
@@ -144,5 +144,5 @@ def test_the_fixture_says_which_upstream_commits_and_command_made_it():
             "batch_second": "5719de641657c251f807c20a1fcf8ef6f4b60144",
         },
     }
-    assert GOLDEN["command"].startswith("python tests/conformance/make_vit_golden.py --pycls ")
+    assert GOLDEN["command"].startswith("python recipes/vit-speedups/conformance/make_vit_golden.py --pycls ")
     assert GOLDEN["made_with"]["torch"] and GOLDEN["made_with"]["numpy"]
