@@ -22,7 +22,9 @@ from tests.fakes.summaries import complete
 # bridgetower's workers2, published on 8 H100s (602.1 samples/s), 8 A100s and 8 Gaudi2s.
 H100 = "published h100: 75.26 samples/s per device (another device, not judged)"
 A100 = "published a100-80gb: 43.17 samples/s per device (another device, not judged)"
-GAUDI2 = "published gaudi2: 96.09 samples/s per device (another device, not judged)"
+# Gaudi2's figure names the software it was measured on (the recipe's `release`); the GPUs' name none.
+GAUDI2_RELEASE = "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11)"
+GAUDI2 = f"published gaudi2: 96.09 samples/s per device (another device, not judged; {GAUDI2_RELEASE})"
 
 
 def _row(tmp_path: Path, device_name: str) -> Row:
@@ -65,6 +67,14 @@ def test_a_session_on_a_device_with_no_figure_shows_the_published_h100_labelled_
     assert H100 in summary and summary.endswith("| no reference |")
     assert f"| published per device | {H100}" in page
     assert "reproduced" not in shown and "slower" not in shown and "faster" not in shown
+
+
+def test_another_devices_figure_names_the_software_release_it_was_measured_on(tmp_path):
+    row = _row(tmp_path, "NVIDIA H200")
+    for text in (report.markdown(tmp_path / "session", [row]), _terminal(row)):
+        assert f"(another device, not judged; {GAUDI2_RELEASE})" in text
+        # A figure that names no release is labelled as before.
+        assert H100 in text and "per device (another device, not judged; blog" not in text
 
 
 def test_a_cell_judged_on_its_own_device_shows_no_other_devices_figure(tmp_path):

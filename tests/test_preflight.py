@@ -334,7 +334,8 @@ def test_a_device_no_recipe_names_has_no_figure_even_where_a_ladder_publishes_ra
         "no published figure for NVIDIA B200 (a device no recipe names); "
         "published h100: 42.06 samples/s per device (another device, not judged); "
         "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
-        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
+        "published gaudi2: 75.19 samples/s per device (another device, not judged; "
+        "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11))",
     )
     assert answers["vit-speedups--fsdp"] == (
         "would be judged",
@@ -358,7 +359,8 @@ def test_on_h200s_a_cell_published_on_h100s_runs_with_no_reference_beside_the_h1
         "no published figure for NVIDIA H200 (h200); "
         "published h100: 42.06 samples/s per device (another device, not judged); "
         "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
-        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
+        "published gaudi2: 75.19 samples/s per device (another device, not judged; "
+        "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11))",
     )
 
 
