@@ -77,6 +77,23 @@ def test_another_devices_figure_names_the_software_release_it_was_measured_on(tm
         assert H100 in text and "per device (another device, not judged; blog" not in text
 
 
+def test_a_smoke_cell_on_the_cpu_shows_the_published_figures_labelled_with_their_release(tmp_path):
+    cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers2"])[0]
+    run_dir = tmp_path / "session" / "runs" / cell.cell_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "cell.json").write_text(json.dumps(cell.to_json()))
+    (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": "cpu", "world_size": 1}))
+    departures = [{"reason": "synthetic data", "kind": "throughput"}]
+    summary = complete(world_size=1, departures=departures, throughput={"after_warmup": {"value": 20.0}})
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    row = run_row.row(run_dir)
+    assert row.verdict == verdicts.NOT_COMPARABLE and row.reference is None
+    # One device: the published figure per device, each another device's, Gaudi2's with its release.
+    gaudi2 = f"published gaudi2: 96.09 samples/s per device (another device, not judged; {GAUDI2_RELEASE})"
+    for text in (report.markdown(tmp_path / "session", [row]), report.to_html(tmp_path / "session", [row])):
+        assert gaudi2 in text and "published h100: 75.26 samples/s per device (another device" in text
+
+
 def test_a_cell_judged_on_its_own_device_shows_no_other_devices_figure(tmp_path):
     row = _row(tmp_path, "NVIDIA H100 80GB HBM3")
     assert row.device == "h100" and row.verdict == verdicts.REPRODUCED
