@@ -22,7 +22,9 @@ from tests.fakes.summaries import complete
 # bridgetower's workers2, published on 8 H100s (602.1 samples/s), 8 A100s and 8 Gaudi2s.
 H100 = "published h100: 75.26 samples/s per device (another device, not judged)"
 A100 = "published a100-80gb: 43.17 samples/s per device (another device, not judged)"
-GAUDI2 = "published gaudi2: 96.09 samples/s per device (another device, not judged)"
+# Gaudi2's figure names the software it was measured on (the recipe's `release`); the GPUs' name none.
+GAUDI2_RELEASE = "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11)"
+GAUDI2 = f"published gaudi2: 96.09 samples/s per device (another device, not judged; {GAUDI2_RELEASE})"
 
 
 def _row(tmp_path: Path, device_name: str) -> Row:
@@ -65,6 +67,31 @@ def test_a_session_on_a_device_with_no_figure_shows_the_published_h100_labelled_
     assert H100 in summary and summary.endswith("| no reference |")
     assert f"| published per device | {H100}" in page
     assert "reproduced" not in shown and "slower" not in shown and "faster" not in shown
+
+
+def test_another_devices_figure_names_the_software_release_it_was_measured_on(tmp_path):
+    row = _row(tmp_path, "NVIDIA H200")
+    for text in (report.markdown(tmp_path / "session", [row]), _terminal(row)):
+        assert f"(another device, not judged; {GAUDI2_RELEASE})" in text
+        # A figure that names no release is labelled as before.
+        assert H100 in text and "per device (another device, not judged; blog" not in text
+
+
+def test_a_smoke_cell_on_the_cpu_shows_the_published_figures_labelled_with_their_release(tmp_path):
+    cell = cells.expand(recipes.load("bridgetower"), "bridgetower", "cpu", "smoke", ["workers2"])[0]
+    run_dir = tmp_path / "session" / "runs" / cell.cell_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "cell.json").write_text(json.dumps(cell.to_json()))
+    (run_dir / "sysinfo.json").write_text(json.dumps({"device_name": "cpu", "world_size": 1}))
+    departures = [{"reason": "synthetic data", "kind": "throughput"}]
+    summary = complete(world_size=1, departures=departures, throughput={"after_warmup": {"value": 20.0}})
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    row = run_row.row(run_dir)
+    assert row.verdict == verdicts.NOT_COMPARABLE and row.reference is None
+    # One device: the published figure per device, each another device's, Gaudi2's with its release.
+    gaudi2 = f"published gaudi2: 96.09 samples/s per device (another device, not judged; {GAUDI2_RELEASE})"
+    for text in (report.markdown(tmp_path / "session", [row]), report.to_html(tmp_path / "session", [row])):
+        assert gaudi2 in text and "published h100: 75.26 samples/s per device (another device" in text
 
 
 def test_a_cell_judged_on_its_own_device_shows_no_other_devices_figure(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.contract.trainers import kit_trainers
 from reprokit.plan import accelerators
 from reprokit.plan.request import Request
 from reprokit.preflight import baseimage
@@ -303,7 +304,7 @@ def test_on_eight_real_devices_without_the_data_it_names_the_data_never_a_missin
     for cell, (verdict, because) in answers.items():
         assert verdict == "would not" and because.startswith("data: "), (cell, verdict, because)
     named = {f[2].split(":")[0] for f in findings(result) if f[:2] == ("x", "data")}
-    # Each recipe planned here names its data (which recipes run on the accelerator is theirs to say).
+    # Each recipe with cells for this accelerator names its data (found from the cells, not listed here).
     assert named == {cell.split("--")[0] for cell in answers} and "bridgetower" in named
     assert "--data dataset_cache=PATH" in answers["bridgetower--workers0"][1]
     # The last line names first what stops every cell here (a torch that sees no H100, no Habana stack).
@@ -335,7 +336,8 @@ def test_a_device_no_recipe_names_has_no_figure_even_where_a_ladder_publishes_ra
         "no published figure for NVIDIA B200 (a device no recipe names); "
         "published h100: 42.06 samples/s per device (another device, not judged); "
         "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
-        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
+        "published gaudi2: 75.19 samples/s per device (another device, not judged; "
+        "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11))",
     )
     assert answers["vit-speedups--fsdp"] == (
         "would be judged",
@@ -359,7 +361,8 @@ def test_on_h200s_a_cell_published_on_h100s_runs_with_no_reference_beside_the_h1
         "no published figure for NVIDIA H200 (h200); "
         "published h100: 42.06 samples/s per device (another device, not judged); "
         "published a100-80gb: 28.44 samples/s per device (another device, not judged); "
-        "published gaudi2: 75.19 samples/s per device (another device, not judged)",
+        "published gaudi2: 75.19 samples/s per device (another device, not judged; "
+        "optimum-habana 1.7.0 (its README: validated for SynapseAI 1.11))",
     )
 
 
@@ -659,7 +662,7 @@ def test_a_recipe_whose_kit_trainer_does_not_exist_is_refused_by_show_dry_run_an
     result = run_inv(task[0], str(recipe), *task[1:], "--accelerator", "cpu", *out)
     assert result.returncode != 0, result.stdout
     assert result.stderr.strip().splitlines()[-1] == (
-        f"reprokit: {recipe}: trainer: 'vollo' is not one of the kit's trainers (bridgetower, vit, volo); "
+        f"reprokit: {recipe}: trainer: 'vollo' is not one of the kit's trainers ({', '.join(kit_trainers())}); "
         "name one, or your own module by its dotted path"
     )
 

@@ -28,9 +28,12 @@ def figures(references: list[dict[str, Any]], device: str | None, world: int, no
 
 
 def labelled(reference: dict[str, Any], unit: str | None) -> str:
-    """`published h100: 42.06 samples/s per device (another device, not judged)`."""
+    """`published h100: 42.06 samples/s per device (another device, not judged)`; a figure that names the
+    software release it was measured on says it too (`(another device, not judged; SynapseAI 1.20.0, ...)`):
+    a vendor's figures differ from release to release, and a reader sets a run against one of them."""
     per_device = verdicts.per_device(reference) or 0.0
-    return f"published {reference['device']}: {per_device:,.2f} {unit or ''} per device ({LABEL})".replace(
+    release = f"; {reference['release']}" if reference.get("release") else ""
+    return f"published {reference['device']}: {per_device:,.2f} {unit or ''} per device ({LABEL}{release})".replace(
         "  ", " "
     )
 

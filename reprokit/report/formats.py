@@ -124,10 +124,11 @@ def published_per_device(r: Row) -> str:
 
 
 def elsewhere(r: Row) -> str:
-    """For a cell judged `no reference` (nothing published for its device), the publication's figure on
-    each device it has, labelled as another device's: `published h100: 75.26 samples/s per device
-    (another device, not judged)`. '' for any other cell: its verdict or its reasons say it all."""
-    if r.verdict != verdicts.NO_REFERENCE:
+    """For a cell with nothing published for its device, judged `no reference` or `not comparable` (a
+    smoke cell on a CPU), the publication's figure on each device it has, labelled as another device's
+    (and the release it was measured on, where it names one): `published h100: 75.26 samples/s per
+    device (another device, not judged)`. '' for any other cell: its verdict or its reasons say it all."""
+    if r.verdict not in (verdicts.NO_REFERENCE, verdicts.NOT_COMPARABLE):
         return ""
     return other_devices.said(r.all_references(), r.device, r.world_size or 1, r.nodes or 1, r.unit)
 
