@@ -122,6 +122,11 @@ class BenchmarkArguments(MfuArguments):
     sdp_on_bf16: bool = arg(False, "Gaudi only: reduced-precision reductions in bf16 SDPA")
 
 
+# The argument dataclasses, in parsing order. On a Gaudi, optimum-habana's GaudiTrainingArguments
+# takes TrainingArguments' place and owns the Gaudi flags (parse_args).
+ARGUMENTS = (ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments)
+
+
 @dataclass(frozen=True)
 class Platform:
     on_gaudi: bool
@@ -142,7 +147,8 @@ def benchmark_arguments_class(training_class: type) -> type:
 def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
     argv, tf32 = take_bool_flag(argv, "tf32")
-    training_class, bench_class, gaudi_config = TrainingArguments, BenchmarkArguments, None
+    model_class, data_class, bench_class, training_class = ARGUMENTS
+    gaudi_config = None
     if gaudi.habana_stack():
         with one_line_errors(PROG, gaudi.SetupError):
             argv, gaudi_config = gaudi.resolve_gaudi_config_arg(argv, TRAINER_DIR)
@@ -152,7 +158,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
         bench_class = benchmark_arguments_class(training_class)
     model_args, data_args, parsed_bench, training_args = parse_command_line(
         PROG,
-        (ModelArguments, DataTrainingArguments, bench_class, training_class),
+        (model_class, data_class, bench_class, training_class),
         argv,
         trainer_dir=TRAINER_DIR,
     )
