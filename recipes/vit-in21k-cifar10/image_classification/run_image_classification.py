@@ -13,7 +13,7 @@ on-the-fly transform (so in the loader workers), and the Trainer's loop; its fig
   shapes (``--synthetic_data``); each is a departure the summary records (the host then judges the
   run not comparable). What the user gave (``--cache_dir``) is used whole or the run stops;
 - it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
-  last, summary.json with samples/s under each definition (bridgetower/throughput.py: the same
+  last, summary.json with samples/s under each definition (common/measure/hf_trainer.py: the same
   Trainer, the same definitions), the software that ran and the MFU (record.py).
 
 Departures from the published script, none inside the timed steps: the validation split is held out
@@ -42,11 +42,10 @@ from typing import Any
 import transformers
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification, ViTImageProcessor
 
-from reprokit_trainers.bridgetower import gaudi
-from reprokit_trainers.bridgetower.throughput import StepSamples, throughput_callback, timed_trainer
 from reprokit_trainers.common.data import hub
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
+from reprokit_trainers.common.process import gaudi, lifecycle
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
@@ -130,7 +129,7 @@ ARGUMENTS = (ModelArguments, DataTrainingArguments, BenchmarkArguments, Training
 @dataclass(frozen=True)
 class Platform:
     on_gaudi: bool
-    gaudi_config: Any = None  # bridgetower.gaudi.GaudiConfigFile
+    gaudi_config: Any = None  # common.process.gaudi.GaudiConfigFile
     tf32: bool | None = None
 
 
@@ -262,7 +261,7 @@ def build_trainer(
     run_dir: RunDir, parsed: tuple[Any, ...], model: Any, dataset: Any, collate_fn: Any
 ) -> tuple[Trainer, Any]:
     """GaudiTrainer (with the Gaudi config) or transformers' Trainer, counting the rows each step
-    trains on and timing each step's batch fetch for the meter (bridgetower/throughput.py)."""
+    trains on and timing each step's batch fetch for the meter (common/measure/hf_trainer.py)."""
     _, data_args, bench, training_args, platform = parsed
     base, extra = Trainer, {}
     if platform.on_gaudi:
