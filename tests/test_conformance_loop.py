@@ -34,10 +34,14 @@ pytestmark = [
 
 # Each trainer's golden loop (its publication's recipes/<name>/conformance/<trainer>_golden.json, found,
 # never listed), and the recipe and published variant whose loop is held to it (the fixture names it).
-FIXTURES = conformance.goldens()
+# A fixture that records no loop (image classification's holds the example's data path and model, not
+# yet its Trainer loop) has nothing to hold here; the one test below names each, so that none is missed.
+NO_LOOP_YET = {"image_classification"}
+FIXTURES = {trainer: json.loads(path.read_text()) for trainer, path in conformance.goldens().items()}
 PUBLISHED = {
-    trainer: (path.parent.parent.name, json.loads(path.read_text())["loop"]["variant"])
-    for trainer, path in FIXTURES.items()
+    trainer: (conformance.goldens()[trainer].parent.parent.name, fixture["loop"]["variant"])
+    for trainer, fixture in FIXTURES.items()
+    if "loop" in fixture
 }
 STEPS, LOGGING = 4, 2
 # The kit's measurement, not its loop: what these modules do is the meter's.
@@ -48,7 +52,7 @@ METER = (
     "reprokit_trainers.common.measure.breakdown",
     "reprokit_trainers.common.measure.energy",
     "reprokit_trainers.common.measure.profiling",
-    "reprokit_trainers.bridgetower.throughput",
+    "reprokit_trainers.common.measure.hf_trainer",
 )
 
 
@@ -172,6 +176,10 @@ def held_to_upstream(kit: dict[str, Any], upstream: dict[str, Any]) -> None:
         assert any(e.startswith("sync:") for e in kit["logging_step"]), (
             "the meter synchronizes in a step whose loop never waited: that wait would be the meter's cost"
         )
+
+
+def test_every_golden_fixture_records_its_loop_but_the_ones_known_not_to_yet():
+    assert set(FIXTURES) - set(PUBLISHED) == NO_LOOP_YET
 
 
 @pytest.mark.parametrize("trainer", sorted(PUBLISHED))

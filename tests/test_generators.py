@@ -98,3 +98,15 @@ def test_the_roots_of_a_run_leave_out_what_a_loaded_distribution_requires(monkey
 
     roots = environment.loaded_roots()
     assert "transformers" in roots and "tokenizers" not in roots and "huggingface-hub" not in roots
+
+
+def test_the_roots_of_a_run_leave_out_what_an_extra_a_loaded_distribution_asks_for_requires():
+    # datasets requires fsspec[http], whose extra brings aiohttp: a side environment made from a line
+    # naming datasets has it, so the line need not name it.
+    pytest.importorskip("datasets")
+    pytest.importorskip("aiohttp")
+    import aiohttp  # noqa: F401
+    import datasets  # noqa: F401
+
+    roots = environment.loaded_roots()
+    assert "datasets" in roots and "aiohttp" not in roots and "fsspec" not in roots

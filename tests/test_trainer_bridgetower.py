@@ -23,14 +23,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-from reprokit_trainers.bridgetower import gaudi, offline, record, run_bridgetower, throughput  # noqa: E402
+from reprokit_trainers.bridgetower import mediapipe, offline, record, run_bridgetower  # noqa: E402
 from reprokit_trainers.common.data.synthetic import (  # noqa: E402
     CARTOON_HEIGHTS,
     CARTOON_WIDTHS,
     cartoon_jpeg_bytes,
     sample_sizes,
 )
+from reprokit_trainers.common.measure import hf_trainer as throughput  # noqa: E402
 from reprokit_trainers.common.measure.meter import ThroughputMeter  # noqa: E402
+from reprokit_trainers.common.process import gaudi  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::DeprecationWarning",
@@ -486,7 +488,7 @@ def test_a_value_outside_the_argument_schema_is_refused_in_one_line(tmp_path):
 
 
 def test_the_recipes_gaudi_config_is_the_trainers_own_file_with_habana_clips_switches():
-    resolved = gaudi.resolve_gaudi_config("gaudi_configs/clip.json")
+    resolved = gaudi.resolve_gaudi_config("gaudi_configs/clip.json", run_bridgetower.TRAINER_DIR)
     shipped = ROOT / "recipes" / "bridgetower" / "bridgetower" / "gaudi_configs" / "clip.json"
     assert resolved.path == shipped.resolve()
     assert resolved.settings == {
@@ -500,15 +502,20 @@ def test_the_recipes_gaudi_config_is_the_trainers_own_file_with_habana_clips_swi
 
 def test_the_gaudi_config_argument_is_handed_on_as_an_absolute_path(tmp_path):
     argv = ["--do_train", "--gaudi_config_name", "gaudi_configs/clip.json", "--use_habana"]
-    rewritten, resolved = gaudi.resolve_gaudi_config_arg(argv)
+    rewritten, resolved = gaudi.resolve_gaudi_config_arg(argv, run_bridgetower.TRAINER_DIR)
     assert rewritten == ["--do_train", "--gaudi_config_name", str(resolved.path), "--use_habana"]
     mine = tmp_path / "mine.json"
     mine.write_text('{"use_fused_adam": false}')
-    rewritten, resolved = gaudi.resolve_gaudi_config_arg([f"--gaudi_config_name={mine}"])
+    rewritten, resolved = gaudi.resolve_gaudi_config_arg(
+        [f"--gaudi_config_name={mine}"], run_bridgetower.TRAINER_DIR
+    )
     assert rewritten == [f"--gaudi_config_name={mine.resolve()}"] and resolved.settings == {
         "use_fused_adam": False
     }
-    assert gaudi.resolve_gaudi_config_arg(["--do_train"]) == (["--do_train"], None)
+    assert gaudi.resolve_gaudi_config_arg(["--do_train"], run_bridgetower.TRAINER_DIR) == (
+        ["--do_train"],
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -525,7 +532,7 @@ def test_a_gaudi_config_that_cannot_load_is_one_line_naming_it(tmp_path, content
     if content is not None:
         path.write_text(content)
     with pytest.raises(gaudi.SetupError) as raised:
-        gaudi.resolve_gaudi_config(str(path))
+        gaudi.resolve_gaudi_config(str(path), run_bridgetower.TRAINER_DIR)
     message = str(raised.value)
     assert message.startswith(f"--gaudi_config_name {path}: ") and expected in message and "\n" not in message
 
@@ -535,7 +542,7 @@ def test_a_hub_gaudi_config_offline_and_not_cached_is_one_line(tmp_path, monkeyp
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(gaudi.SetupError) as raised:
-        gaudi.resolve_gaudi_config("Habana/clip", cache_dir=str(tmp_path))
+        gaudi.resolve_gaudi_config("Habana/clip", run_bridgetower.TRAINER_DIR, cache_dir=str(tmp_path))
     assert str(raised.value).startswith("--gaudi_config_name Habana/clip: no local file of that name")
     assert "not in the Hugging Face cache" in str(raised.value)
 
@@ -585,21 +592,23 @@ def test_mediapipe_off_gaudi_is_one_line(refused_here):
 
 
 def test_mediapipe_without_the_vendor_files_says_how_to_build_the_image(monkeypatch):
-    monkeypatch.setattr(gaudi, "_importable", lambda module: not module.startswith(("habana_data", "clip_")))
+    monkeypatch.setattr(
+        mediapipe, "importable", lambda module: not module.startswith(("habana_data", "clip_"))
+    )
     with pytest.raises(gaudi.SetupError) as raised:
-        gaudi.check_mediapipe(on_gaudi=True, image_pipeline="published")
+        mediapipe.check_mediapipe(on_gaudi=True, image_pipeline="published")
     message = str(raised.value)
     assert "habana_dataloader_trainer.py, clip_mediapipe_dataloader.py, clip_media_pipe.py" in message
     assert "`inv build --accelerator gaudi2`, not --without-vendor" in message
 
 
 def test_mediapipe_with_another_image_pipeline_is_refused(monkeypatch):
-    monkeypatch.setattr(gaudi, "_importable", lambda module: True)
-    gaudi.check_mediapipe(on_gaudi=True, image_pipeline="published")
+    monkeypatch.setattr(mediapipe, "importable", lambda module: True)
+    mediapipe.check_mediapipe(on_gaudi=True, image_pipeline="published")
     with pytest.raises(
         gaudi.SetupError, match="--image_pipeline kit does nothing with --mediapipe_dataloader"
     ):
-        gaudi.check_mediapipe(on_gaudi=True, image_pipeline="kit")
+        mediapipe.check_mediapipe(on_gaudi=True, image_pipeline="kit")
 
 
 def test_mediapipe_reads_files_so_synthetic_rows_are_files_for_it_and_bytes_are_refused(tmp_path):
@@ -609,17 +618,17 @@ def test_mediapipe_reads_files_so_synthetic_rows_are_files_for_it_and_bytes_are_
         run_bridgetower.DataTrainingArguments(**args), cache_dir=str(tmp_path / "a")
     )["train"].cast_column("image", datasets.Image(decode=False))
     with pytest.raises(gaudi.SetupError, match="a train row has no file path"):
-        gaudi.check_mediapipe_rows(as_bytes, "image", "train")
+        mediapipe.check_mediapipe_rows(as_bytes, "image", "train")
 
     as_files = offline.synthetic_dataset(
         run_bridgetower.DataTrainingArguments(**args, mediapipe_dataloader=True),
         cache_dir=str(tmp_path / "b"),
     )["train"].cast_column("image", datasets.Image(decode=False))
-    gaudi.check_mediapipe_rows(as_files, "image", "train")
+    mediapipe.check_mediapipe_rows(as_files, "image", "train")
     paths = {row["image"]["path"] for row in as_files}
     assert len(paths) == 2 and all(Path(p).read_bytes()[:2] == b"\xff\xd8" for p in paths)
     with pytest.raises(gaudi.SetupError, match="reads file paths from an `image_path` or `image` column"):
-        gaudi.check_mediapipe_rows(as_files.rename_column("image", "picture"), "picture", "train")
+        mediapipe.check_mediapipe_rows(as_files.rename_column("image", "picture"), "picture", "train")
 
 
 def test_a_mediapipe_loader_that_falls_back_to_the_cpu_ends_the_run_with_its_reason(tmp_path, monkeypatch):
@@ -639,7 +648,7 @@ def test_a_mediapipe_loader_that_falls_back_to_the_cpu_ends_the_run_with_its_rea
     )
     monkeypatch.syspath_prepend(str(vendor))
     monkeypatch.delitem(sys.modules, "habana_dataloader_trainer", raising=False)
-    trainer = gaudi.mediapipe_trainer()()
+    trainer = mediapipe.mediapipe_trainer()()
     with pytest.raises(gaudi.SetupError) as raised:
         trainer.get_train_dataloader()
     assert "fell back to the CPU one (Using Pytorch native dataloader because: no HPU media device.)" in str(

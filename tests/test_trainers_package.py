@@ -144,6 +144,24 @@ def test_no_module_imports_the_host_package():
                 assert name.split(".")[0] != HOST, f"{path.relative_to(ROOT)}:{node.lineno}: import {name}"
 
 
+def test_no_publications_trainer_imports_another_publications_trainer():
+    # A publication is its folder: what two trainers share lives in common/, so that one publication
+    # moves, changes or goes without breaking another.
+    for name, folder in FOLDERS.items():
+        others = {f"reprokit_trainers.{other}" for other in FOLDERS if other != name}
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                else:
+                    continue
+                for imported in names:
+                    taken = {o for o in others if imported == o or imported.startswith(f"{o}.")}
+                    assert not taken, f"{path.relative_to(ROOT)}:{node.lineno}: import {imported}"
+
+
 def test_the_device_peak_is_the_given_one_or_the_datasheets():
     torch = pytest.importorskip("torch")
     from reprokit_trainers.common.measure import flops

@@ -51,14 +51,27 @@ def loaded_roots() -> list[str]:
             continue
         for owner in owners.get(name.split(".", 1)[0], ()):
             loaded.add(canonical(owner))
-    required = set()
-    for name in loaded:
+    # What the loaded distributions require, and what each extra they ask for requires in turn
+    # (datasets' fsspec[http] brings aiohttp): a worklist of (distribution, extra or None).
+    required: set[str] = set()
+    todo = [(name, None) for name in loaded]
+    seen: set[tuple[str, str | None]] = set()
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
         try:
             requires = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
             continue
         for requirement in requires:
-            if "extra ==" in requirement:
+            asked = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+            if (asked.group(1) if asked else None) != extra:
                 continue
-            required.add(canonical(re.split(r"[<>=!~\[; (]", requirement, maxsplit=1)[0]))
+            wanted = canonical(re.split(r"[<>=!~\[; (]", requirement, maxsplit=1)[0])
+            required.add(wanted)
+            extras = re.match(r"[^\[;]*\[([^\]]*)\]", requirement)
+            for each in extras.group(1).split(",") if extras else []:
+                todo.append((wanted, canonical(each.strip())))
     return sorted(loaded - required - WITH_THE_VENV)

@@ -14,11 +14,10 @@ import torch
 from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
 
 from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.hf_trainer import definitions
 from reprokit_trainers.common.process.distributed import destroy_process_group
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
-
-from .throughput import definitions
 
 if typing.TYPE_CHECKING:
     from .run_bridgetower import (

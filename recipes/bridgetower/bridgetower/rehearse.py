@@ -15,7 +15,7 @@ from typing import Any
 
 from reprokit_trainers.bridgetower import offline
 from reprokit_trainers.bridgetower import run_bridgetower as trainer
-from reprokit_trainers.bridgetower.throughput import StepSamples
+from reprokit_trainers.common.measure.hf_trainer import StepSamples
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
 from reprokit_trainers.rehearsal import plan

@@ -14,7 +14,7 @@ workers), and the Trainer's loop. This script keeps that pipeline and adds what 
   descriptions' lengths, stored and preprocessed exactly as the real rows are (offline.py); each of
   these is a departure the summary records (the host then judges the run not comparable);
 - it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
-  last, summary.json with samples/s under each definition the publications used (throughput.py),
+  last, summary.json with samples/s under each definition the publications used (common/measure/hf_trainer.py),
   the switches that were in effect, the software that ran and the MFU (record.py).
 
 Departures from the published script, none of which touches the timed training steps: evaluation
@@ -57,7 +57,8 @@ from transformers.trainer_utils import get_last_checkpoint
 from reprokit_trainers.common.data import caches, hub
 from reprokit_trainers.common.data.synthetic import CARTOON_HEIGHTS, CARTOON_WIDTHS
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
+from reprokit_trainers.common.process import gaudi, lifecycle
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
@@ -66,10 +67,11 @@ from reprokit_trainers.common.process.args import (
     parse_command_line,
     take_bool_flag,
 )
+from reprokit_trainers.common.process.gaudi import SetupError
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import THROUGHPUT, RunDir
 
-from . import gaudi, offline, record
+from . import offline, record
 from .fastimage import (
     CLIP_MEAN,
     CLIP_STD,
@@ -78,8 +80,7 @@ from .fastimage import (
     decode_batch_on_device,
     published_transform,
 )
-from .gaudi import SetupError
-from .throughput import StepSamples, throughput_callback, timed_trainer
+from .mediapipe import check_mediapipe, check_mediapipe_rows, mediapipe_trainer
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -281,7 +282,7 @@ def parse_args(
     on_gaudi = gaudi_machine and bench.use_habana
     if data_args.mediapipe_dataloader:
         with one_line_errors(PROG, SetupError):
-            gaudi.check_mediapipe(on_gaudi, bench.image_pipeline)
+            check_mediapipe(on_gaudi, bench.image_pipeline)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise config_error(PROG, "nothing to do: pass --do_train, --do_eval and/or --do_predict")
     if training_args.max_steps == 0:  # the schema cannot say "-1 or at least 1"
@@ -688,7 +689,7 @@ def gaudi_setup(platform: Platform, mediapipe: bool) -> tuple[type, dict[str, An
     from optimum.habana import GaudiTrainer
 
     assert platform.gaudi_config is not None  # check_accelerator_flags: --use_habana needs one
-    base = gaudi.mediapipe_trainer() if mediapipe else GaudiTrainer
+    base = mediapipe_trainer() if mediapipe else GaudiTrainer
     return base, {"gaudi_config": gaudi.load_gaudi_config(platform.gaudi_config)}
 
 
@@ -801,7 +802,7 @@ def load_splits(
     if mediapipe:
         with one_line_errors(PROG, SetupError):
             for split, rows in splits.items():
-                gaudi.check_mediapipe_rows(rows, data_args.image_column, split)
+                check_mediapipe_rows(rows, data_args.image_column, split)
     return splits, data_source, data_fallback
 
 
@@ -855,7 +856,7 @@ def build_trainer(
     image_size: int,
 ) -> tuple[Trainer, Any]:
     """Gaudi's Trainer or transformers', counting the rows it trains on for the meter, and the meter's
-    callback (throughput.py): the wait for each step's batches and DDP's all-reduce are timed."""
+    callback (common/measure/hf_trainer.py): the wait for each step's batches and DDP's all-reduce are timed."""
     _, data_args, bench, training_args, platform = parsed
     mediapipe = data_args.mediapipe_dataloader
     if platform.on_gaudi:

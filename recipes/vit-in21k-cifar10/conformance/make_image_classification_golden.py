@@ -16,9 +16,11 @@ parameters by tests/conformance/weights.py's rule; evaluate's ``accuracy`` (whic
 the mean of equal predictions, as evaluate's is. The CI's own arguments are passed (scaled down: the
 batch sizes), with the example's defaults for the rest (``--train_val_split`` 0.15).
 
-The committed fixture was made in the kit's own test environment (transformers 4.49.0, datasets
-3.6.0, torch 2.14.1, torchvision 0.29.1: the versions of the line above); ``made_with`` records
-them, and ``loaded_roots`` what that environment loaded.
+The committed fixture was made in a side environment of the line above alone, run from a clone at
+the commit (transformers 4.49.0, datasets 3.6.0, torch 2.14.1 and torchvision 0.29.1: a torchvision
+loads only with the torch build it was made for, and PyPI's 0.28.0 wants the CUDA libraries a CPU
+build of torch 2.13.0 lacks); ``made_with`` records the versions, and ``loaded_roots`` what that
+environment loaded.
 
 What the fixture keeps, each from the example's own objects: the rows it trains and validates on, the
 model config's labels, its train transform's output for fixed images and torch seeds, its validation

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
-from reprokit_trainers.bridgetower.throughput import definitions
 from reprokit_trainers.common.measure import flops
+from reprokit_trainers.common.measure.hf_trainer import definitions
 from reprokit_trainers.common.process.distributed import destroy_process_group
 from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
@@ -125,7 +125,7 @@ def write_summary(
     sample_flops: float | None,
     watch: software.FirstCallWatch,
 ) -> dict[str, Any] | None:
-    """summary.json, last: each definition's figure (bridgetower/throughput.py's, the same Trainer), the
+    """summary.json, last: each definition's figure (common/measure/hf_trainer.py's), the
     Trainer's own metrics, what the run was built from, the software in effect, FLOPs and MFU."""
     model_args, data_args, bench, training_args, platform = parsed
     train_metrics, eval_metrics = metrics

@@ -13,7 +13,7 @@ on-the-fly transform (so in the loader workers), and the Trainer's loop; its fig
   shapes (``--synthetic_data``); each is a departure the summary records (the host then judges the
   run not comparable). What the user gave (``--cache_dir``) is used whole or the run stops;
 - it writes the run directory through rundir.py: throughput.csv, tensorboard/, sysinfo.json and,
-  last, summary.json with samples/s under each definition (bridgetower/throughput.py: the same
+  last, summary.json with samples/s under each definition (common/measure/hf_trainer.py: the same
   Trainer, the same definitions), the software that ran and the MFU (record.py).
 
 Departures from the published script, none inside the timed steps: the validation split is held out
@@ -42,11 +42,10 @@ from typing import Any
 import transformers
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification, ViTImageProcessor
 
-from reprokit_trainers.bridgetower import gaudi
-from reprokit_trainers.bridgetower.throughput import StepSamples, throughput_callback, timed_trainer
 from reprokit_trainers.common.data import hub
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.process import lifecycle
+from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
+from reprokit_trainers.common.process import gaudi, lifecycle
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
@@ -122,10 +121,15 @@ class BenchmarkArguments(MfuArguments):
     sdp_on_bf16: bool = arg(False, "Gaudi only: reduced-precision reductions in bf16 SDPA")
 
 
+# The argument dataclasses, in parsing order. On a Gaudi, optimum-habana's GaudiTrainingArguments
+# takes TrainingArguments' place and owns the Gaudi flags (parse_args).
+ARGUMENTS = (ModelArguments, DataTrainingArguments, BenchmarkArguments, TrainingArguments)
+
+
 @dataclass(frozen=True)
 class Platform:
     on_gaudi: bool
-    gaudi_config: Any = None  # bridgetower.gaudi.GaudiConfigFile
+    gaudi_config: Any = None  # common.process.gaudi.GaudiConfigFile
     tf32: bool | None = None
 
 
@@ -142,7 +146,8 @@ def benchmark_arguments_class(training_class: type) -> type:
 def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
     argv, tf32 = take_bool_flag(argv, "tf32")
-    training_class, bench_class, gaudi_config = TrainingArguments, BenchmarkArguments, None
+    model_class, data_class, bench_class, training_class = ARGUMENTS
+    gaudi_config = None
     if gaudi.habana_stack():
         with one_line_errors(PROG, gaudi.SetupError):
             argv, gaudi_config = gaudi.resolve_gaudi_config_arg(argv, TRAINER_DIR)
@@ -152,7 +157,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
         bench_class = benchmark_arguments_class(training_class)
     model_args, data_args, parsed_bench, training_args = parse_command_line(
         PROG,
-        (ModelArguments, DataTrainingArguments, bench_class, training_class),
+        (model_class, data_class, bench_class, training_class),
         argv,
         trainer_dir=TRAINER_DIR,
     )
@@ -256,7 +261,7 @@ def build_trainer(
     run_dir: RunDir, parsed: tuple[Any, ...], model: Any, dataset: Any, collate_fn: Any
 ) -> tuple[Trainer, Any]:
     """GaudiTrainer (with the Gaudi config) or transformers' Trainer, counting the rows each step
-    trains on and timing each step's batch fetch for the meter (bridgetower/throughput.py)."""
+    trains on and timing each step's batch fetch for the meter (common/measure/hf_trainer.py)."""
     _, data_args, bench, training_args, platform = parsed
     base, extra = Trainer, {}
     if platform.on_gaudi:

@@ -3,7 +3,7 @@
 The logger feeds a ``ThroughputMeter`` every optimizer step and, on logging steps and the last step
 (the meter's boundaries, where it synchronizes the device and reads the clock), appends a
 throughput.csv row with its TensorBoard scalars (rundir.py). BridgeTower runs transformers' Trainer
-and feeds the same meter from a callback (bridgetower/throughput.py) that counts the samples each
+and feeds the same meter from a callback (hf_trainer.py) that counts the samples each
 step really held: a full global batch per step would overcount a partial last batch.
 
 The loop hands the logger its loader (``batches``) and its wrapped model (``watch``), so the meter's

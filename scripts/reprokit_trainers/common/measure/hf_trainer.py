@@ -1,4 +1,5 @@
-"""BridgeTower's samples/s under each definition its publications used (reprokit/throughput.py).
+"""samples/s of a run of transformers' Trainer or optimum-habana's GaudiTrainer (BridgeTower's and
+image classification's), under each definition their publications used (reprokit/throughput.py).
 
 - ``after_warmup``, the kit's meter: the samples the steps after the warm-up really held, on all
   ranks, over the time from the end of the last warm-up step to the end of the last step. The samples
