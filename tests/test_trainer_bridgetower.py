@@ -729,16 +729,16 @@ def test_an_optimizer_without_train_modes_survives_accelerate_033s_unguarded_cal
     (the stand-in's smoke cell found it); optimizers with real train modes keep theirs."""
     from types import SimpleNamespace
 
-    from reprokit_trainers.bridgetower.run_bridgetower import _give_optimizer_train_modes
+    from reprokit_trainers.common.process.accelerate_compat import give_optimizer_train_modes
 
     adamw = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
     wrapper = SimpleNamespace(optimizer=adamw)
-    _give_optimizer_train_modes(wrapper)
+    give_optimizer_train_modes(wrapper)
     assert wrapper.optimizer.train() is None and wrapper.optimizer.eval() is None
 
     calls = []
     schedule_free = SimpleNamespace(train=lambda: calls.append("train"), eval=lambda: calls.append("eval"))
-    _give_optimizer_train_modes(SimpleNamespace(optimizer=schedule_free))
+    give_optimizer_train_modes(SimpleNamespace(optimizer=schedule_free))
     schedule_free.train()
     assert calls == ["train"]
 

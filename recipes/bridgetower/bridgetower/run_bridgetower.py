@@ -59,6 +59,7 @@ from reprokit_trainers.common.data.synthetic import CARTOON_HEIGHTS, CARTOON_WID
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
 from reprokit_trainers.common.process import gaudi, lifecycle
+from reprokit_trainers.common.process.accelerate_compat import give_optimizer_train_modes
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
@@ -630,17 +631,6 @@ def prepare_split(
 # Trainer
 
 
-def _give_optimizer_train_modes(optimizer: Any) -> None:
-    """The stock Trainer of transformers 4.49 calls ``optimizer.train()`` whenever accelerate's wrapper
-    has that method, and accelerate 0.33 (the release optimum-habana 1.17 requires, so the gaudi2
-    image's) forwards it to the wrapped optimizer unguarded: torch's AdamW has no train mode, and the
-    first step fails. GaudiTrainer leaves the call out; accelerate 0.34 guards it. Off an HPU in the
-    gaudi2 image, the stock Trainer gets what accelerate 0.34 does: no train/eval mode is a no-op."""
-    inner = getattr(optimizer, "optimizer", None)
-    if inner is not None and not hasattr(inner, "train"):
-        inner.train = inner.eval = lambda: None
-
-
 def trainer_class(
     base: type, samples: StepSamples, device_decode: bool, image_size: int, published_logging: bool = True
 ) -> type:
@@ -655,7 +645,7 @@ def trainer_class(
         def training_step(self, model, inputs, *args, **kwargs):
             # A shape, read on the host: no device sync.
             samples.add(int(inputs["input_ids"].shape[0]))
-            _give_optimizer_train_modes(self.optimizer)
+            give_optimizer_train_modes(self.optimizer)
             if self.zero_grad_left is None and self.state.global_step == 1:
                 self.zero_grad_left = software.zero_grad_left(model.parameters())
             return super().training_step(model, inputs, *args, **kwargs)

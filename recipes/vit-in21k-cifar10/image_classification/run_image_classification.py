@@ -46,6 +46,7 @@ from reprokit_trainers.common.data import hub
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
 from reprokit_trainers.common.process import gaudi, lifecycle
+from reprokit_trainers.common.process.accelerate_compat import give_optimizer_train_modes
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
@@ -275,6 +276,7 @@ def build_trainer(
     class CountingTrainer(timed_trainer(base, throughput)):
         def training_step(self, model, inputs, *args, **kwargs):
             samples.add(int(inputs["pixel_values"].shape[0]))  # a shape, read on the host: no sync
+            give_optimizer_train_modes(self.optimizer)
             return super().training_step(model, inputs, *args, **kwargs)
 
     trainer = CountingTrainer(
