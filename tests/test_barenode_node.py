@@ -157,7 +157,7 @@ def test_slice_a_runs_to_its_end_with_no_network_in_the_nodes_python(bundle, nod
     for item in ("device", "matmul", "energy"):
         assert f"devicecheck: {item}: needs CUDA" in log
     found = rows(tmp_path / "out")
-    assert [r["variant"] for r in found] == ["workers2", "pretrain-d5", "baseline"]
+    assert [r["variant"] for r in found] == [planned.cell.variant for planned in slices.plan("a")]
     for row in found:
         assert row["status"] == "failed"
         assert "this cell was planned for cuda and this process sees no CUDA device" in row["error"]

@@ -31,7 +31,7 @@ from reprokit.contract.gitinfo import kit_revision
 from reprokit.images import buildkit, index_hashes, locks
 from reprokit.images.build import BUILD_DIR, plan_build
 from reprokit.images.buildlog import failure, stream_build
-from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
+from reprokit.images.wheelhouse import serve_directory, wheelhouse_port
 from reprokit.plan import accelerators, cells, recipes
 from reprokit.run import supervise
 from reprokit.run.containers import docker as docker_platform
@@ -95,7 +95,7 @@ def test_build_dry_run_with_a_wheelhouse_serves_it_on_localhost_and_uses_the_hos
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr
-    port = WHEELHOUSE_PORT
+    port = wheelhouse_port("cpu")
     assert f"python3 -m http.server --bind 127.0.0.1 --directory {tmp_path} {port} &" in result.stdout
     assert "  --network host \\" in result.stdout
     assert f"  --build-arg WHEELHOUSE_URL=http://127.0.0.1:{port}/ \\" in result.stdout
@@ -290,6 +290,21 @@ def test_a_served_wheelhouse_lists_its_wheels_on_localhost(tmp_path):
     assert 'href="demo-1.0-py3-none-any.whl"' in listing
 
 
+def test_each_accelerators_wheelhouse_has_its_own_fixed_port_so_two_builds_at_once_keep_their_cache():
+    """The port is in the pip layer's cache key: one shared port sent a second build running at the same
+    time (CI builds cuda's and gaudi2's images beside the cpu image) to a free port, and its layers
+    of gigabytes were rebuilt rather than reused."""
+    names = list(accelerators.profiles())
+    ports = {name: wheelhouse_port(name) for name in names}
+    assert len(set(ports.values())) == len(names), ports
+    assert ports == {name: wheelhouse_port(name) for name in names}  # the same on every run
+    taken = {}
+    with contextlib.ExitStack() as stack:
+        for name in ("cpu", "cuda"):
+            taken[name] = stack.enter_context(serve_directory(Path("."), wheelhouse_port(name)))
+    assert taken == {name: f"http://127.0.0.1:{wheelhouse_port(name)}/" for name in ("cpu", "cuda")}
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -396,7 +411,7 @@ def test_the_packages_were_installed_from_the_wheelhouse_only_with_their_hashes(
     pip_layers = [h for h in history if "pip install" in h["CreatedBy"]]
     assert len(pip_layers) == 2
     for layer in pip_layers:
-        assert f"WHEELHOUSE_URL=http://127.0.0.1:{WHEELHOUSE_PORT}/" in layer["CreatedBy"]
+        assert f"WHEELHOUSE_URL=http://127.0.0.1:{wheelhouse_port('cpu')}/" in layer["CreatedBy"]
         assert "--no-index" in layer["CreatedBy"] and "--require-hashes" in layer["CreatedBy"]
     rest, framework = pip_layers  # history is newest first
     assert "lock-framework.txt" in framework["CreatedBy"] and "/opt/reprokit/lock.txt" in rest["CreatedBy"]
@@ -479,7 +494,7 @@ def test_pip_in_the_image_refuses_a_pin_without_a_hash(engine, cpu_image, builde
     for wheel in cpu_image["wheels"].glob("*.whl"):
         name, version, *_ = parse_wheel_filename(wheel.name)
         sizes[f"{name}=={version}"] = wheel.stat().st_size
-    with serve_directory(cpu_image["wheels"]) as url:
+    with serve_directory(cpu_image["wheels"], wheelhouse_port("cpu")) as url:
         plan = plan_build(profile, BASE_IMAGE, url, None, None, True, chosen)
         framework = [
             f"{p.name}=={p.version}" for p in locks.parse_lock(plan.sent["lock-framework.txt"].decode())

@@ -251,9 +251,11 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(built, installed
     shown = _run(installed, elsewhere, "reprokit", "show", "bridgetower", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["cells"][0]["trainer"] == "bridgetower"
+    # In this Python, not in the cpu image (which other tests may have built meanwhile: auto would run there).
     dry = _run(
-        installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu"
-    )
+        installed, elsewhere, "reprokit", "reproduce", "bridgetower", "--dry-run", "--accelerator", "cpu",
+        "--container", "none",
+    )  # fmt: skip
     # The run.sh it would run is shown; its checks then find this Python without the train extra and
     # refuse as the run would (exit 3), with the same advice (asserted below for the run).
     assert dry.returncode == 3, dry.stderr
@@ -268,7 +270,7 @@ def test_a_wheel_installed_outside_the_checkout_runs_every_task(built, installed
 
     # Without the train extra, the trainers cannot run in this Python: said before the first cell.
     smoke = ("reprokit", "run", "bridgetower", "--accelerator", "cpu", "--scale", "smoke", "--runtime", "local",
-             "--variant", "workers0", "--results", str(elsewhere / "results"))  # fmt: skip
+             "--variant", "workers0", "--container", "none", "--results", str(elsewhere / "results"))  # fmt: skip
     refused = _run(installed, elsewhere, *smoke)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     # From the wheel it was installed from: the index has no kit to give.

@@ -23,7 +23,7 @@ from reprokit.contract.gitinfo import checkout, kit_revision, kit_source
 from reprokit.images import buildkit, buildlog, engine, vendor
 from reprokit.images.buildkit import Builder
 from reprokit.images.context import context_files, context_hash, dockerfile, image_tag, write_context
-from reprokit.images.wheelhouse import WHEELHOUSE_PORT, serve_directory
+from reprokit.images.wheelhouse import serve_directory, wheelhouse_port
 from reprokit.plan import recipes
 from reprokit.plan.accelerators import Profile
 
@@ -159,7 +159,7 @@ def dry_run(
     from rich.console import Console
 
     base = base_image or profile.pinned_base
-    url = f"http://127.0.0.1:{WHEELHOUSE_PORT}/" if wheelhouse else None
+    url = f"http://127.0.0.1:{wheelhouse_port(profile.name)}/" if wheelhouse else None
     digest = None
     if engine.engine_status() is None:  # the label a real build adds, when the base is here
         digest = base_digest(engine.client(timeout=30), base)
@@ -171,7 +171,7 @@ def dry_run(
     lines = [f"# the image {plan.tag}, from the build context {context}"]
     if wheelhouse:
         server = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(wheelhouse)]
-        lines.append(" ".join(shlex.quote(t) for t in [*server, str(WHEELHOUSE_PORT)]) + " &")
+        lines.append(" ".join(shlex.quote(t) for t in [*server, str(wheelhouse_port(profile.name))]) + " &")
     return "\n".join([*lines, plan.command_line(context)])
 
 
@@ -278,7 +278,11 @@ def build(
     files, _ = vendor_for(profile, wheelhouse, with_vendor)
     chosen = buildkit.choose(docker_client.version(), builder)
     served: list[tuple[str, int]] = []
-    with serve_directory(wheelhouse, record=served) if wheelhouse is not None else nullcontext() as url:
+    with (
+        serve_directory(wheelhouse, wheelhouse_port(profile.name), record=served)
+        if wheelhouse is not None
+        else nullcontext() as url
+    ):
         plan = plan_build(profile, base, url, digest, files, with_vendor, chosen)
         existing = image_info(plan.tag, docker_client)
         if not force and _cache_hit(existing, plan):

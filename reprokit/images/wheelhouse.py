@@ -59,6 +59,13 @@ def wheelhouse(profile: Profile, dest: Path, python_version: str | None = None) 
 WHEELHOUSE_PORT = 38741
 
 
+def wheelhouse_port(accelerator: str) -> int:
+    """The fixed port an accelerator's wheelhouse is served on: one per accelerator, so that two images
+    built at once (cuda's and gaudi2's on one machine) each keep their pip layers' cache key, where one
+    shared port sent the second build to a free port and rebuilt its gigabytes of packages."""
+    return WHEELHOUSE_PORT + int(hashlib.sha256(accelerator.encode()).hexdigest(), 16) % 1000
+
+
 # A file's sha256 by (path, size, mtime): each file is read once per process, however often it is served.
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
@@ -114,9 +121,7 @@ class _WheelhouseHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve_directory(
-    directory: Path, port: int = WHEELHOUSE_PORT, record: list[tuple[str, int]] | None = None
-) -> Iterator[str]:
+def serve_directory(directory: Path, port: int, record: list[tuple[str, int]] | None = None) -> Iterator[str]:
     """Serve a folder on 127.0.0.1 for as long as the block runs; yields its URL. Each file served is
     appended to `record` as (path, bytes sent), 0 for a file the client still had."""
     handler_class = type("Handler", (_WheelhouseHandler,), {"record": record})
