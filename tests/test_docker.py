@@ -360,9 +360,11 @@ def engine():
     return client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cpu_image(engine, tmp_path_factory):
-    """The cpu image, built as CI builds it: from a local wheelhouse, on the local base, a token set."""
+    """The cpu image, built as CI builds it: from a local wheelhouse, on the local base, a token set. Made
+    for this module's tests alone, so that its wheelhouse (3 GB) leaves the disk when they end, not when
+    their worker's whole session does."""
     wheels = tmp_path_factory.mktemp("wheelhouse")
     timings: dict[str, float] = {}
     started = time.monotonic()
