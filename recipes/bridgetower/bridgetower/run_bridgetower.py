@@ -57,20 +57,27 @@ from transformers.trainer_utils import get_last_checkpoint
 from reprokit_trainers.common.data import caches, hub
 from reprokit_trainers.common.data.synthetic import CARTOON_HEIGHTS, CARTOON_WIDTHS
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
+from reprokit_trainers.common.measure.hf_trainer import (
+    StepSamples,
+    point_at_run_dir,
+    throughput_callback,
+    timed_trainer,
+)
 from reprokit_trainers.common.process import gaudi, lifecycle
 from reprokit_trainers.common.process.accelerate_compat import give_optimizer_train_modes
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
     config_error,
+    first_line,
     one_line_errors,
     parse_command_line,
     take_bool_flag,
+    without_fields_of,
 )
 from reprokit_trainers.common.process.gaudi import SetupError
 from reprokit_trainers.common.record import software
-from reprokit_trainers.common.record.rundir import THROUGHPUT, RunDir
+from reprokit_trainers.common.record.rundir import RunDir
 
 from . import offline, record
 from .fastimage import (
@@ -177,7 +184,7 @@ class BenchmarkArguments(MfuArguments):
     other machines.
 
     Where optimum-habana is installed, GaudiTrainingArguments defines the Gaudi ones itself and
-    they are dropped from here (see ``benchmark_arguments_class``).
+    they are dropped from here (see ``without_fields_of``).
     """
 
     throughput_warmup_steps: int = arg(
@@ -219,16 +226,6 @@ ARGUMENTS = (ModelArguments, DataTrainingArguments, BenchmarkArguments, Training
 GAUDI_ONLY_FLAGS = ("use_habana", "use_lazy_mode", "use_hpu_graphs_for_inference", "gaudi_config_name")
 
 
-def benchmark_arguments_class(training_class: type) -> type:
-    """BenchmarkArguments minus the fields ``training_class`` defines (HfArgumentParser rejects duplicates)."""
-    taken = {f.name for f in dataclasses.fields(training_class)}
-    hints = typing.get_type_hints(BenchmarkArguments)
-    kept = [(f.name, hints[f.name], f) for f in dataclasses.fields(BenchmarkArguments) if f.name not in taken]
-    if len(kept) == len(dataclasses.fields(BenchmarkArguments)):
-        return BenchmarkArguments
-    return dataclasses.make_dataclass("BenchmarkArguments", kept)
-
-
 @dataclass(frozen=True)
 class Platform:
     """Where the run goes: on a Gaudi's HPUs (GaudiTrainer) or not, and the Gaudi config it loads."""
@@ -261,7 +258,7 @@ def parse_args(
                 f"Habana's stack is here but optimum-habana does not import ({type(error).__name__}: {error})",
             ) from None
         training_class = GaudiTrainingArguments
-        bench_class = benchmark_arguments_class(training_class)
+        bench_class = without_fields_of(BenchmarkArguments, training_class)
     # TrainingArguments' own checks (e.g. --bf16 where nothing supports it) end in one line too, and so
     # does a value outside arguments.json (the rules the host checks the recipe with).
     model_args, data_args, parsed_bench, training_args = parse_command_line(
@@ -405,7 +402,7 @@ def load_model(
             )
             return model, "hub", None
         except OSError as error:  # offline, unknown id or revision: transformers reports all as OSError
-            reason = _first_line(error)
+            reason = first_line(error)
             if sources.checkpoint_given:
                 where = (
                     f"--cache_dir {sources.given_cache}"
@@ -434,7 +431,7 @@ def load_model(
             reason,
         )
     except (json.JSONDecodeError, TypeError, ValueError) as error:  # e.g. a vision hidden_size below 64
-        raise config_error(PROG, f"--model_config_json does not build: {_first_line(error)}") from None
+        raise config_error(PROG, f"--model_config_json does not build: {first_line(error)}") from None
 
 
 def load_tokenizer(
@@ -457,12 +454,12 @@ def load_tokenizer(
             raise config_error(
                 PROG,
                 f"cannot load the tokenizer {name}@{model_args.model_revision} beside the given checkpoint "
-                f"({_first_line(error)}); nothing replaces it: put the tokenizer's files there",
+                f"({first_line(error)}); nothing replaces it: put the tokenizer's files there",
             ) from None
         logger.warning(
             "tokenizer %s not loaded (%s): word-level tokenizer over the synthetic vocabulary",
             name,
-            _first_line(error),
+            first_line(error),
         )
         return offline.offline_tokenizer(), "offline"
 
@@ -500,7 +497,7 @@ def load_data(
         # datasets raises ConnectionError, FileNotFoundError (DatasetNotFoundError) or ValueError
         # (e.g. a loading script without --trust_remote_code); the reason goes to the summary.
         except (OSError, ValueError) as error:
-            reason = _first_line(error)
+            reason = first_line(error)
             if sources.data_given:
                 raise config_error(
                     PROG,
@@ -683,15 +680,6 @@ def gaudi_setup(platform: Platform, mediapipe: bool) -> tuple[type, dict[str, An
     return base, {"gaudi_config": gaudi.load_gaudi_config(platform.gaudi_config)}
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
-
-
-def _given(argv: Sequence[str], name: str) -> bool:
-    return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
-
-
 # ----------------------------------------------------------------------------------------------
 # The run
 
@@ -708,21 +696,6 @@ def setup_logging(training_args: TrainingArguments) -> None:
     # off itself, with a warning per worker.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
-
-
-def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_dir: RunDir) -> None:
-    """The Trainer's settings the run directory needs, where the command line leaves them open."""
-    # TensorBoard goes where the kit collects it, unless the command line says otherwise.
-    if not _given(argv, "logging_dir"):
-        training_args.logging_dir = str(run_dir.tensorboard_dir)
-    if not _given(argv, "report_to"):
-        training_args.report_to = ["tensorboard"]
-    if training_args.remove_unused_columns:
-        # The Trainer would drop the image column the on-the-fly transform reads (published: =False).
-        run_dir.depart(
-            "remove_unused_columns forced off (the image transform reads the image column)", THROUGHPUT
-        )
-        training_args.remove_unused_columns = False
 
 
 def set_seed(seed: int, on_gaudi: bool) -> None:

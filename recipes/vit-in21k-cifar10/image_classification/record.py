@@ -4,7 +4,6 @@ Trainer, and summary.json (run_image_classification.py's last step)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,29 +28,6 @@ class Built:
     parameters: int
     image_size: int
     train_rows: int
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
-
-
-def _given(argv: Sequence[str], name: str) -> bool:
-    return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
-
-
-def point_at_run_dir(training_args: TrainingArguments, argv: Sequence[str], run_dir: RunDir) -> None:
-    """TensorBoard where the kit collects it, unless the command line says otherwise; the image column
-    kept (the published command passes --remove_unused_columns False: the transform reads it)."""
-    if not _given(argv, "logging_dir"):
-        training_args.logging_dir = str(run_dir.tensorboard_dir)
-    if not _given(argv, "report_to"):
-        training_args.report_to = ["tensorboard"]
-    if training_args.remove_unused_columns:
-        run_dir.depart(
-            "remove_unused_columns forced off (the image transform reads the image column)", THROUGHPUT
-        )
-        training_args.remove_unused_columns = False
 
 
 def departures(run_dir: RunDir, built: Built) -> None:

@@ -33,7 +33,6 @@ import dataclasses
 import json
 import logging
 import sys
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,16 +43,23 @@ from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClass
 
 from reprokit_trainers.common.data import hub
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.measure.hf_trainer import StepSamples, throughput_callback, timed_trainer
+from reprokit_trainers.common.measure.hf_trainer import (
+    StepSamples,
+    point_at_run_dir,
+    throughput_callback,
+    timed_trainer,
+)
 from reprokit_trainers.common.process import gaudi, lifecycle
 from reprokit_trainers.common.process.accelerate_compat import give_optimizer_train_modes
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
     config_error,
+    first_line,
     one_line_errors,
     parse_command_line,
     take_bool_flag,
+    without_fields_of,
 )
 from reprokit_trainers.common.record.rundir import RunDir
 
@@ -134,16 +140,6 @@ class Platform:
     tf32: bool | None = None
 
 
-def benchmark_arguments_class(training_class: type) -> type:
-    """BenchmarkArguments minus the fields ``training_class`` defines (HfArgumentParser rejects duplicates)."""
-    taken = {f.name for f in dataclasses.fields(training_class)}
-    hints = typing.get_type_hints(BenchmarkArguments)
-    kept = [(f.name, hints[f.name], f) for f in dataclasses.fields(BenchmarkArguments) if f.name not in taken]
-    if len(kept) == len(dataclasses.fields(BenchmarkArguments)):
-        return BenchmarkArguments
-    return dataclasses.make_dataclass("BenchmarkArguments", kept)
-
-
 def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
     """Parse the command line; configuration errors end in one line (SystemExit), never a traceback."""
     argv, tf32 = take_bool_flag(argv, "tf32")
@@ -155,7 +151,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Any, ...]:
         from optimum.habana import GaudiTrainingArguments
 
         training_class = GaudiTrainingArguments
-        bench_class = benchmark_arguments_class(training_class)
+        bench_class = without_fields_of(BenchmarkArguments, training_class)
     model_args, data_args, parsed_bench, training_args = parse_command_line(
         PROG,
         (model_class, data_class, bench_class, training_class),
@@ -206,7 +202,7 @@ def load_data(
             )
             return data.hold_out_validation(dataset, data_args.train_val_split, seed), "hub", None
         except (OSError, ValueError, ConnectionError) as error:
-            reason = record.first_line(error)
+            reason = first_line(error)
             if model_args.cache_dir:
                 raise config_error(
                     PROG,
@@ -243,7 +239,7 @@ def load_model(model_args: ModelArguments, labels: list[str]) -> tuple[Any, Any,
             processor = ViTImageProcessor.from_pretrained(model_args.model_name_or_path, **options)
             return model, processor, "hub", None
         except OSError as error:
-            reason = record.first_line(error)
+            reason = first_line(error)
             if model_args.cache_dir or Path(model_args.model_name_or_path).is_dir():
                 raise config_error(
                     PROG,
@@ -305,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     # 2. Open the run directory, where the Trainer's TensorBoard logs go too
     run_dir = RunDir(training_args.output_dir)
     run_dir.write_sysinfo(trainer=PROG, gaudi=platform.on_gaudi, precision=tf32)
-    record.point_at_run_dir(training_args, argv, run_dir)
+    point_at_run_dir(training_args, argv, run_dir)
     transformers.set_seed(training_args.seed)
 
     # 3. Load the data: the given dataset whole, else synthetic rows of CIFAR-10's shapes

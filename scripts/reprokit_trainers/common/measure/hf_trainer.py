@@ -25,11 +25,13 @@ all-reduce.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from reprokit_trainers.common.measure.meter import ThroughputMeter
 from reprokit_trainers.common.measure.steps import instruments
-from reprokit_trainers.common.record.rundir import RunDir
+from reprokit_trainers.common.process.args import given
+from reprokit_trainers.common.record.rundir import THROUGHPUT, RunDir
 
 
 class StepSamples:
@@ -202,3 +204,18 @@ def definitions(
             f"after-warm-up time (end of step {warmup} to end of step {meter.marked_steps})",
         }
     return {"after_warmup": steady, "whole_run": whole, "gaudi_trainer": gaudi}
+
+
+def point_at_run_dir(training_args: Any, argv: Sequence[str], run_dir: RunDir) -> None:
+    """The Trainer's settings the run directory needs, where the command line leaves them open:
+    TensorBoard where the kit collects it, and the image column kept (both published commands pass
+    --remove_unused_columns False: the on-the-fly transform reads that column)."""
+    if not given(argv, "logging_dir"):
+        training_args.logging_dir = str(run_dir.tensorboard_dir)
+    if not given(argv, "report_to"):
+        training_args.report_to = ["tensorboard"]
+    if training_args.remove_unused_columns:
+        run_dir.depart(
+            "remove_unused_columns forced off (the image transform reads the image column)", THROUGHPUT
+        )
+        training_args.remove_unused_columns = False

@@ -8,6 +8,8 @@ when the trainer runs as ``python -m reprokit_trainers.volo``.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -147,3 +149,25 @@ def parse_command_line(
         if problems:
             raise config_error(prog, f"--{problems[0]}")
     return parsed
+
+
+def given(argv: Sequence[str], name: str) -> bool:
+    """Whether the command line set ``--name`` itself (as ``--name V`` or ``--name=V``)."""
+    return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's first line (its type where it says nothing), at most 300 characters."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def without_fields_of(arguments: type, taken: type) -> type:
+    """The dataclass ``arguments`` minus the fields ``taken`` defines (HfArgumentParser rejects
+    duplicates: GaudiTrainingArguments defines some of a trainer's benchmark flags itself)."""
+    taken_names = {f.name for f in dataclasses.fields(taken)}
+    hints = typing.get_type_hints(arguments)
+    kept = [(f.name, hints[f.name], f) for f in dataclasses.fields(arguments) if f.name not in taken_names]
+    if len(kept) == len(dataclasses.fields(arguments)):
+        return arguments
+    return dataclasses.make_dataclass(arguments.__name__, kept)
