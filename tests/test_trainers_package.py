@@ -131,17 +131,21 @@ def test_no_module_edits_sys_path():
                 )
 
 
+def absolute_imports(path: Path) -> list[tuple[int, str]]:
+    """Each absolute import of a module file, with its line: `import a.b` and `from a.b import c`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.append((node.lineno, node.module or ""))
+    return found
+
+
 def test_no_module_imports_the_host_package():
     for path in modules():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                assert name.split(".")[0] != HOST, f"{path.relative_to(ROOT)}:{node.lineno}: import {name}"
+        for line, name in absolute_imports(path):
+            assert name.split(".")[0] != HOST, f"{path.relative_to(ROOT)}:{line}: import {name}"
 
 
 def test_no_publications_trainer_imports_another_publications_trainer():
@@ -150,16 +154,9 @@ def test_no_publications_trainer_imports_another_publications_trainer():
     for name, folder in FOLDERS.items():
         others = {f"reprokit_trainers.{other}" for other in FOLDERS if other != name}
         for path in sorted(folder.rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                for imported in names:
-                    taken = {o for o in others if imported == o or imported.startswith(f"{o}.")}
-                    assert not taken, f"{path.relative_to(ROOT)}:{node.lineno}: import {imported}"
+            for line, imported in absolute_imports(path):
+                taken = {o for o in others if imported == o or imported.startswith(f"{o}.")}
+                assert not taken, f"{path.relative_to(ROOT)}:{line}: import {imported}"
 
 
 def test_the_device_peak_is_the_given_one_or_the_datasheets():
