@@ -5,8 +5,12 @@ the difference is declared."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import re
 import shutil
+import socket
+import threading
 
 import pytest
 import tomllib
@@ -199,3 +203,68 @@ def test_every_base_names_its_sources_and_every_profile_a_known_base():
         assert ":latest" not in base.reference
     for profile in accelerators.profiles().values():
         assert profile.lock_file.exists(), f"`inv pins --accelerator {profile.name} --write` makes it"
+
+
+class _FlakyIndex(http.server.BaseHTTPRequestHandler):
+    """An index whose first answers fail as PyPI's sometimes do (a 503, a dropped connection), then
+    serve the page; a project it does not have is a 404 every time."""
+
+    failures: list[str] = []
+    asked: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        type(self).asked.append(self.path)
+        if self.path != "/idna/":
+            self.send_error(404)
+            return
+        failure = type(self).failures.pop(0) if type(self).failures else None
+        if failure == "503":
+            self.send_error(503)
+            return
+        if failure == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        body = json.dumps(
+            {"files": [{"filename": "idna-3.20-py3-none-any.whl", "hashes": {"sha256": "a" * 64}}]}
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args) -> None:  # noqa: ANN002
+        pass
+
+
+@pytest.fixture
+def flaky_index(monkeypatch):
+    monkeypatch.setattr(index_hashes, "RETRY_WAITS_S", (0.01, 0.01))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FlakyIndex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _FlakyIndex.asked.clear()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_an_index_page_that_fails_once_or_twice_is_read_again_and_a_missing_project_is_not(flaky_index):
+    # A 503 and a dropped connection (what a lost name lookup or a reset look like to urllib) pass on
+    # the third try; the lock's hashes come from that page.
+    _FlakyIndex.failures[:] = ["503", "drop"]
+    files = index_hashes.index_files("idna", flaky_index)
+    assert files == [("idna-3.20-py3-none-any.whl", "a" * 64)] and _FlakyIndex.asked == ["/idna/"] * 3
+    # Three failures are one line naming the page; a 404 is the index's answer, asked once.
+    _FlakyIndex.asked.clear()
+    _FlakyIndex.failures[:] = ["503", "503", "503"]
+    with pytest.raises(
+        ReprokitError, match=rf"^cannot read {flaky_index}/idna/ for the hashes of idna: .*503"
+    ):
+        index_hashes.index_files("idna", flaky_index)
+    assert len(_FlakyIndex.asked) == 3
+    _FlakyIndex.asked.clear()
+    with pytest.raises(ReprokitError, match="HTTP Error 404"):
+        index_hashes.index_files("no-such-project", flaky_index)
+    assert _FlakyIndex.asked == ["/no-such-project/"]

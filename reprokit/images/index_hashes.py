@@ -9,6 +9,8 @@ import json
 import os
 import re
 import ssl
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +22,10 @@ from reprokit.plan.accelerators import Base
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 INDEX_TIMEOUT_S = 60
+# A page read again after a failure that may pass (a name lookup that timed out, a reset connection, a
+# 5xx), as pip retries: one such failure among a lock's ~80 pages failed a whole `inv pins`. The waits
+# between the tries, in seconds.
+RETRY_WAITS_S = (1.0, 3.0)
 
 
 def index_url() -> str:
@@ -41,13 +47,19 @@ def index_files(name: str, index: str) -> list[tuple[str, str]]:
     if not url.startswith(("https://", "http://")):
         raise ReprokitError(f"the index {index} is not an http(s) URL: set PIP_INDEX_URL to one")
     accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers={"Accept": accept}), timeout=INDEX_TIMEOUT_S, context=_tls()
-        ) as response:
-            body, kind = response.read(), response.headers.get_content_type()
-    except OSError as exc:
-        raise ReprokitError(f"cannot read {url} for the hashes of {name}: {exc}") from None
+    for wait in (*RETRY_WAITS_S, None):
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers={"Accept": accept}),
+                timeout=INDEX_TIMEOUT_S,
+                context=_tls(),
+            ) as response:
+                body, kind = response.read(), response.headers.get_content_type()
+            break
+        except OSError as exc:
+            if wait is None or not _may_pass(exc):
+                raise ReprokitError(f"cannot read {url} for the hashes of {name}: {exc}") from None
+            time.sleep(wait)
     if kind == "application/vnd.pypi.simple.v1+json":
         return [(f["filename"], f.get("hashes", {}).get("sha256", "")) for f in json.loads(body)["files"]]
     links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', body.decode(errors="replace"))
@@ -83,6 +95,12 @@ def wheel_hashes(name: str, version: str, files: list[tuple[str, str]], supporte
         if wheel_name == canonicalize_name(name) and wheel_version == wanted and wheel_tags & supported:
             found.add(digest)
     return sorted(found)
+
+
+def _may_pass(error: OSError) -> bool:
+    """A failure that a second try may not meet: anything but the index's own answer of 4xx (no such
+    project, no access), which would be the same again."""
+    return not (isinstance(error, urllib.error.HTTPError) and 400 <= error.code < 500)
 
 
 def locked_hashes(install: dict[str, str], base: Base, index: str | None = None) -> dict[str, list[str]]:
