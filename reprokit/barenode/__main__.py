@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=0,
-        help="rehearsals at once, each taking whole trainers (default: one per trainer, at most 4)",
+        help="rehearsals at once, each taking whole trainers (default: one per trainer, at most 4 and one per core)",
     )
     run = commands.add_parser("run", help="run a slice on this node (scripts/barenode/run.py starts it)")
     run.add_argument("slice")

@@ -24,8 +24,14 @@ from reprokit.contract.console import console
 from reprokit.contract.errors import ReprokitError, RunFailed
 
 GIB = 2**30
-# Rehearsals at once by default: one per trainer (their device steps differ in cost by 2x at most).
+# Rehearsals at once by default: one per trainer (their device steps differ in cost by 2x at most), and
+# no more than the machine's cores: on two, four rehearsals only took turns, and each further process
+# imported torch (and its trainer's stack) again, 2-5 CPU-s each.
 MAX_JOBS = 4
+
+
+def default_jobs() -> int:
+    return max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
 
 
 @dataclass
@@ -60,13 +66,13 @@ def rehearse(
     jobs: int = 0,
 ) -> list[Rehearsed]:
     """Rehearse the cells of the slices `names`; raises RunFailed (after the table) when a cell failed
-    or would not fit. `jobs`: rehearsals at once (0: one per trainer, at most MAX_JOBS), each taking
+    or would not fit. `jobs`: rehearsals at once (0: one per trainer, at most MAX_JOBS and one per core), each taking
     whole trainers, so that the cells of one trainer that share a device step still share it."""
     with tempfile.TemporaryDirectory(prefix="reprokit-rehearsal-") as temporary:
         where = scratch or Path(temporary)
         where.mkdir(parents=True, exist_ok=True)
         lines = cell_lines(names, where / "runs", slices_file)
-        groups = _groups(lines, jobs or MAX_JOBS)
+        groups = _groups(lines, jobs or default_jobs())
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
