@@ -3,6 +3,8 @@ counts behind its MFU column (the trainers' own) are right."""
 
 from __future__ import annotations
 
+import csv
+import os
 import re
 import subprocess
 import sys
@@ -138,3 +140,38 @@ def test_the_meter_headline_says_whether_its_ratio_is_within_one_percent(interva
           "own_us_per_step": 2.0, "own_us_per_logged_step": 40.0, "own_share": 0.0001, "step_ms": 30.0}  # fmt: skip
     line = meter.verdict([{"name": "meter off"}, on])
     assert line.startswith(f"meter overhead: on/off {ratio:.4f} in samples per CPU-second {said}")
+
+
+BURNS = """
+import subprocess, sys, time
+
+def _burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+def test_burns_in_its_own_process():
+    _burn(0.3)
+
+def test_burns_in_a_child():
+    code = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)
+"""
+
+
+@pytest.mark.parametrize("workers", [["-n", "2"], ["-p", "no:xdist"]], ids=["xdist", "one process"])
+def test_the_suite_cpu_plugin_counts_each_files_cpu_in_its_process_and_its_children(tmp_path, workers):
+    (tmp_path / "test_burns.py").write_text(BURNS)
+    out = tmp_path / "cpu.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "benchmarks.suite_cpu",
+         "--suite-cpu", str(out), *workers, str(tmp_path / "test_burns.py")],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["file"].endswith("test_burns.py") and row["tests"] == "2"
+    assert float(row["own_s"]) >= 0.3 and float(row["children_s"]) >= 0.3
+    assert float(row["cpu_s"]) == pytest.approx(float(row["own_s"]) + float(row["children_s"]), abs=0.02)
+    assert "CPU by test file" in done.stdout and "the machine was busy" in done.stdout
+    assert not list(tmp_path.glob("*.jsonl"))  # the workers' lines are gone once read
