@@ -10,9 +10,7 @@ synthetic data are `not comparable` by the kit's own rules; the numbers are show
 
 from __future__ import annotations
 
-import functools
 import importlib
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -30,45 +28,44 @@ from reprokit.run.runtimes.local import LocalRuntime
 ROOT = Path(__file__).resolve().parent.parent
 
 RUNS = ROOT / "benchmarks" / "results" / "gpu-session"
-# recipe -> variants (None: every variant the recipe has for cuda). D5 finetuning reads the
-# pretraining run's checkpoint, so it runs after it.
-SUITE: dict[str, list[str] | None] = {
-    "bridgetower": [
-        "workers0",
-        "workers1",
-        "workers2",
-        "workers2-gpu-decode",
-        "workers2-gpu-decode-fused",
-        "workers2-gpu-decode-fused-compile",
-    ],
-    # With the two variants beyond the publication where today's kernels should show most.
-    "volo": [
-        "pretrain-d5",
-        "pretrain-d5-gpu-decode",
-        "pretrain-d5-dali",
-        "finetune-d5-512",
-        "pretrain-d5-modern-kernels",
-        "finetune-d5-512-sdpa",
-    ],
-    "vit-speedups": None,
-}
-# What each recipe's cells need to run offline (its recipe's `node: offline:`), and the steps measured
-# after the warm-up (the bare node's slices, reprokit/barenode/slices.yaml, which run the same cells).
-OFFLINE_ARGS: dict[str, dict[str, Any]] = {name: slices.offline_args(name) for name in SUITE}
+# The steps measured after the warm-up (the bare node's slices, reprokit/barenode/slices.yaml, which run
+# the same cells).
 MEASURED_STEPS = slices.load().measured_steps
+
+
+def suite() -> dict[str, list[str] | None]:
+    """recipe -> the variants the suite runs (None: every one it has for cuda), each recipe folder's
+    `node: bench:`: found, never listed here. A recipe with no variant for cuda (Gaudi's alone) is left
+    out, and so is one whose `bench` is empty."""
+    cuda = accelerators.get("cuda")
+    found: dict[str, list[str] | None] = {}
+    for name in recipes.available():
+        recipe = recipes.load(name)
+        if recipe.node.bench == [] or not any(cuda.runs(v.accelerators) for v in recipe.variants):
+            continue
+        found[name] = recipe.node.bench
+    return found
 
 
 def planned(steps: int) -> list[cells.Cell]:
     """The suite's cells: the published ones on one cuda device, shortened and offline."""
     planned_cells = []
-    for name, variants in SUITE.items():
+    for name, variants in suite().items():
+        # What each recipe's cells need to run offline (its recipe's `node: offline:`).
+        offline = slices.offline_args(name)
         for cell in cells.expand(recipes.load(name), name, "cuda", "published", variants, devices=1):
-            warmup = int(cell.args.get("throughput_warmup_steps") or 0)
-            cell.args.update(OFFLINE_ARGS[name])
-            cell.args["max_steps"] = max(steps, warmup + MEASURED_STEPS)
-            if name == "bridgetower":  # only as many synthetic samples as the steps consume
-                batch = int(cell.args["per_device_train_batch_size"])
-                cell.args["synthetic_num_train"] = batch * (cell.args["max_steps"] + 1)
+            roles = cell.roles  # the trainer's names for the arguments the kit sets
+            if not roles.get("max_steps"):
+                raise SystemExit(
+                    f"{cell.cell_id}: trainer {cell.trainer} names no max_steps argument (roles in its "
+                    "arguments.json): the bench cannot shorten its runs"
+                )
+            warmup = int(cell.args.get(roles.get("warmup_steps", ""), 0) or 0)
+            cell.args.update(offline)
+            cell.args[roles["max_steps"]] = max(steps, warmup + MEASURED_STEPS)
+            if roles.get("synthetic_rows"):  # only as many synthetic rows as the steps consume
+                batch = int(cell.args[roles["batch_per_device"]])
+                cell.args[roles["synthetic_rows"]] = batch * (cell.args[roles["max_steps"]] + 1)
             planned_cells.append(cell)
     return planned_cells
 
@@ -82,37 +79,6 @@ def check_arguments(cell: cells.Cell) -> None:
     """The trainer accepts the cell's arguments (its own parser), so a GPU hour is not lost to a typo."""
     trainer = importlib.import_module(trainer_module(cell))
     trainer.parse_args(["--output_dir", "/tmp/unused", *cell.argv()])
-
-
-def flops_per_sample(cell: cells.Cell) -> float:
-    args = cell.args
-    if cell.recipe == "bridgetower":
-        return _counted("bridgetower", json.dumps(args["model_config_json"], sort_keys=True))
-    if cell.recipe == "volo":
-        return _counted("volo", args["model_name_or_path"].rsplit("_", 1)[0], int(args["img_size"]))
-    return _counted("vit", args["model_size"], int(args["img_size"]), args["classifier"], args["layout"])
-
-
-@functools.cache
-def _counted(model: str, *key: Any) -> float:
-    """One count per distinct model, by the trainer's own function: the ladder's rungs and the
-    loader variants share theirs."""
-    if model == "bridgetower":
-        from reprokit_trainers.bridgetower import offline, record
-
-        (architecture,) = key
-        return record.flops_per_sample(offline.build_config(architecture))
-    if model == "volo":
-        from reprokit_trainers.volo import run_volo
-
-        name, img_size = key
-        return run_volo.flops_per_sample(run_volo.ModelArguments(model_name_or_path=name), img_size)
-    from reprokit_trainers.vit import run_vit
-
-    size, img_size, classifier, layout = key
-    return run_vit.flops_per_sample(
-        run_vit.ModelArguments(model_size=size, img_size=img_size, classifier=classifier, layout=layout)
-    )
 
 
 def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
@@ -130,7 +96,8 @@ def row(cell: cells.Cell, run_dir: Path) -> dict[str, Any]:
         "published_per_device": found.reference_per_device,
         "published": found.reference_source or "",
         "verdict": formats.verdict(found),
-        "gflop_per_sample": (found.flops_per_sample or flops_per_sample(cell)) / 1e9,
+        # The trainer's own count, from its summary (a cell that failed before writing one has none).
+        "gflop_per_sample": found.flops_per_sample / 1e9 if found.flops_per_sample else None,
         "mfu": found.mfu,
         "peak_memory_gib": (found.peak_memory_bytes or 0) / 2**30,
         "error": found.error or "",

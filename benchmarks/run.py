@@ -263,7 +263,12 @@ def _print(rows: list[dict], title: str) -> None:
     for column in columns:
         table.add_column(column)
     for r in rows:
-        table.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in columns])
+        table.add_row(
+            *[
+                f"{r[c]:.3f}" if isinstance(r.get(c), float) else str("" if r.get(c) is None else r[c])
+                for c in columns
+            ]
+        )
     Console(width=max(120, Console().width)).print(table)
 
 

@@ -149,6 +149,8 @@ def recipe_file(tmp_path):
         data["name"] = path.stem
         for key in drop:
             data.pop(key)
+        if "variants" in (changes or {}):  # the GPU bench's list names the real recipe's variants
+            data["node"].pop("bench", None)
         data.update(changes or {})
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path

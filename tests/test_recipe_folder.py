@@ -1,6 +1,6 @@
 """A publication is a folder: a made-up one (`recipes/fakepub/`: its recipe.yaml, run by the fake
-trainer, and the SOURCES.md it cites) copied into the kit's recipes/ is listed, planned, rendered and
-preflighted, with no other file of the kit changed; a user's folder may hold such folders beside flat
+trainer, and the SOURCES.md it cites) copied into the kit's recipes/ is listed, planned, rendered,
+preflighted and benched on a GPU when it has a variant for cuda, with no other file of the kit changed; a user's folder may hold such folders beside flat
 `NAME.yaml` files, and a folder given by path is its recipe."""
 
 from __future__ import annotations
@@ -82,6 +82,21 @@ def test_a_copied_publication_folder_is_preflighted(kit, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fakepub--v" in result.stdout
+
+
+def test_a_copied_publication_folder_with_a_cuda_variant_is_in_the_gpu_bench(kit):
+    from benchmarks import gpu
+
+    found = gpu.suite()
+    # Found from the folders, each with its own `node: bench:` (none: every cuda variant); a publication
+    # with no variant for cuda (Gaudi's alone) is not benched on a CUDA device.
+    assert found["fakepub"] is None
+    for name in recipes.available():
+        recipe = recipes.load(name)
+        runs_on_cuda = any(v.accelerators is None or "cuda" in v.accelerators for v in recipe.variants)
+        assert (name in found) == runs_on_cuda, name
+        if runs_on_cuda:
+            assert found[name] == recipe.node.bench
 
 
 def test_a_session_of_a_kit_publication_folder_names_its_recipe_by_name(kit, tmp_path):

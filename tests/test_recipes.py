@@ -132,6 +132,7 @@ def test_argv_renders_flags_like_the_published_command():
             "needs.finetune names unknown variant 'nope'",
         ),
         ({"scales": {"smoke": {}}}, "scales must define published"),
+        ({"node": {"bench": ["nope"]}}, "node.bench names unknown variant 'nope'"),
         ({"model": {"id": "org/model"}}, "needs a pinned revision"),
     ],
 )

@@ -204,6 +204,11 @@ class NodeRun(Strict):
         "downloaded (random weights, synthetic data of the real shapes): the node's slices and the GPU "
         "bench add them to every cell of it (reprokit/barenode/slices.py)",
     )
+    bench: list[str] | None = Field(
+        default=None,
+        description="the variants `make bench-gpu` runs on one CUDA device (benchmarks/gpu.py): null, every "
+        "variant this recipe has for cuda; an empty list leaves the recipe out",
+    )
 
 
 class Recipe(Strict):
@@ -285,6 +290,11 @@ class Recipe(Strict):
         missing = [s for s in SCALES if s not in self.scales]
         if missing:
             raise ValueError(f"scales must define {', '.join(missing)}")
+        unknown = [n for n in self.node.bench or [] if n not in names]
+        if unknown:
+            raise ValueError(
+                f"node.bench names unknown variant {unknown[0]!r}; its variants: {', '.join(names)}"
+            )
         for variant in self.variants:
             for arg, other in variant.needs.items():
                 if other not in names:

@@ -35,8 +35,9 @@ def fake_recipe(
         trainer="fakes.fake_trainer",
         tolerance=tolerance,
         variants=variants,
-        # The published commands name the real recipe's variants.
+        # The published commands name the real recipe's variants, and so does its GPU bench.
         published_commands=[],
+        node={**data.get("node", {}), "bench": None},
     )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
