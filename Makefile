@@ -57,9 +57,10 @@ images: $(VENV)/.reproduce  ## build the image of this machine's accelerator (AC
 # worker's time is spent waiting (on the engine, the cluster, a signal's grace), and the extra one fills it.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
-# The kit's own bytecode, written once before the suite (under a second): where PYTHONDONTWRITEBYTECODE is
-# set, every one of the suite's Python processes compiled the kit, its trainers and the test helpers again
-# (0.05 CPU-s an `inv`, 0.3-0.5 a trainer). Images, wheels and bundles leave __pycache__ out.
+# The kit's Python sources: ruff checks them, and `make test` writes their bytecode once before the suite
+# (under a second): where PYTHONDONTWRITEBYTECODE is set, every one of the suite's Python processes compiled
+# the kit, its trainers and the test helpers again (0.05 CPU-s an `inv`, 0.3-0.5 a trainer). Images, wheels
+# and bundles leave __pycache__ out.
 SOURCES := reprokit scripts tests tasks.py benchmarks accelerators recipes
 
 test: $(VENV)/.test  ## run the test suite (container and Slurm tests run where an engine/cluster answers)

@@ -54,18 +54,15 @@ def planned(steps: int) -> list[cells.Cell]:
         # What each recipe's cells need to run offline (its recipe's `node: offline:`).
         offline = slices.offline_args(name)
         for cell in cells.expand(recipes.load(name), name, "cuda", "published", variants, devices=1):
-            roles = cell.roles  # the trainer's names for the arguments the kit sets
-            if not roles.get("max_steps"):
+            max_steps = cell.roles.get("max_steps")  # the trainer's name for it
+            if not max_steps:
                 raise SystemExit(
                     f"{cell.cell_id}: trainer {cell.trainer} names no max_steps argument (roles in its "
                     "arguments.json): the bench cannot shorten its runs"
                 )
-            warmup = int(cell.args.get(roles.get("warmup_steps", ""), 0) or 0)
             cell.args.update(offline)
-            cell.args[roles["max_steps"]] = max(steps, warmup + MEASURED_STEPS)
-            if roles.get("synthetic_rows"):  # only as many synthetic rows as the steps consume
-                batch = int(cell.args[roles["batch_per_device"]])
-                cell.args[roles["synthetic_rows"]] = batch * (cell.args[roles["max_steps"]] + 1)
+            cell.args[max_steps] = max(steps, slices.warmup_steps(cell) + MEASURED_STEPS)
+            slices.fit_synthetic_rows(cell)
             planned_cells.append(cell)
     return planned_cells
 

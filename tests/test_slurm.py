@@ -33,6 +33,7 @@ from reprokit.run.containers.none import NoContainer
 from reprokit.run.containers.pyxis import Pyxis
 from reprokit.run.handles import NoOptions
 from reprokit.run.runtimes import slurm
+from tests import fakes
 from tests.conftest import INV, ROOT, run_inv
 from tests.fakes import fake_env
 
@@ -529,13 +530,8 @@ def test_scaling_efficiency_compares_per_device_throughput_with_the_single_node_
 
 
 def fake_recipe(tmp_path: Path, **variant_args) -> Path:
-    data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
-    data.update(name="slurmfake", trainer="fakes.fake_trainer", published_commands=[])
-    data["variants"] = [{"name": "v", "baseline": True, "args": {"fake_tensorboard": True, **variant_args}}]
-    data["node"].pop("bench", None)  # the GPU bench's list names the real recipe's variants
-    path = tmp_path / "slurmfake.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    variant = {"name": "v", "baseline": True, "args": {"fake_tensorboard": True, **variant_args}}
+    return fakes.fake_recipe(tmp_path / "slurmfake.yaml", [variant], name="slurmfake")
 
 
 def run_on_cluster(

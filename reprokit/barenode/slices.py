@@ -109,6 +109,20 @@ def _one_cell(entry: SliceCell | LeftOut, scale: str, accelerator: str, where: s
     return next(c for c in found if c.variant == entry.variant)
 
 
+def warmup_steps(cell: cells.Cell) -> int:
+    """The cell's warm-up steps (role `warmup_steps`), 0 where it has none."""
+    return int(cell.args.get(cell.roles.get("warmup_steps", ""), 0) or 0)
+
+
+def fit_synthetic_rows(cell: cells.Cell) -> None:
+    """A trainer that makes its synthetic rows up front names their count (role `synthetic_rows`): only
+    as many as the cell's steps consume."""
+    roles = cell.roles
+    if roles.get("synthetic_rows"):
+        batch = int(cell.args[roles["batch_per_device"]])
+        cell.args[roles["synthetic_rows"]] = batch * (int(cell.args[roles["max_steps"]]) + 1)
+
+
 def shorten(cell: cells.Cell, steps: int | None, measured_steps: int) -> None:
     """A few steps, or the warm-up and `measured_steps` after it (the roles name the arguments); the
     synthetic rows of a trainer that makes them all up front, only as many as the steps consume."""
@@ -116,15 +130,11 @@ def shorten(cell: cells.Cell, steps: int | None, measured_steps: int) -> None:
     if steps is not None:
         wanted = {"max_steps": steps, "warmup_steps": 1, "logging_steps": 1}
     else:
-        warmup = int(cell.args.get(roles.get("warmup_steps", ""), 0) or 0)
-        wanted = {"max_steps": warmup + measured_steps}
+        wanted = {"max_steps": warmup_steps(cell) + measured_steps}
     for role, value in wanted.items():
         if roles.get(role):
             cell.args[roles[role]] = value
-    # A trainer that makes its synthetic rows up front names their count (role `synthetic_rows`).
-    if roles.get("synthetic_rows"):
-        batch = int(cell.args[roles["batch_per_device"]])
-        cell.args[roles["synthetic_rows"]] = batch * (int(cell.args[roles["max_steps"]]) + 1)
+    fit_synthetic_rows(cell)
 
 
 def plan(name: str, accelerator: str = "cuda", path: Path = SLICES_FILE) -> list[Planned]:

@@ -22,7 +22,11 @@ IMAGENET_KEY = {
 
 
 def fake_recipe(
-    path: Path, variants: list[dict[str, Any]], tolerance: float = 0.10, data_keys: dict | None = None
+    path: Path,
+    variants: list[dict[str, Any]],
+    tolerance: float = 0.10,
+    data_keys: dict | None = None,
+    name: str = "fake",
 ) -> Path:
     """The BridgeTower recipe with the fake trainer and the given variants (its hyperparameters are
     passed to the fake trainer, which ignores them, so the command lines stay realistic)."""
@@ -30,7 +34,7 @@ def fake_recipe(
     if data_keys:
         data["dataset"]["data"] = data_keys
     data.update(
-        name="fake",
+        name=name,
         title="A fake recipe for the kit's tests",
         trainer="fakes.fake_trainer",
         tolerance=tolerance,
