@@ -145,7 +145,9 @@ def recipe_file(tmp_path):
         if raw is not None:
             path.write_text(raw)
             return path
-        data = yaml.safe_load((ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text())
+        from tests.fakes import bridgetower_recipe
+
+        data = bridgetower_recipe()
         data["name"] = path.stem
         for key in drop:
             data.pop(key)

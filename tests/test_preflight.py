@@ -617,6 +617,41 @@ def test_what_this_python_answered_is_kept_until_a_trainer_file_or_a_package_fol
     assert KEPT in trainers_said()
 
 
+def test_each_modules_answer_is_kept_alone_so_a_preflight_of_fewer_trainers_imports_nothing_new(
+    tmp_path, monkeypatch
+):
+    """After a preflight of every recipe, one of a single recipe starts no Python; one that adds a
+    trainer imports that one alone (torch and transformers again: seconds a module set)."""
+    from types import SimpleNamespace
+
+    from reprokit.preflight.checks import trainers as check
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("REPROKIT_TRAINERS_PATH", fake_env()["REPROKIT_TRAINERS_PATH"])
+    started: list[list[str]] = []
+    real_run = subprocess.run
+
+    def run(argv, **options):
+        started.append(argv[3:])  # python -c PROBE MODULES...
+        return real_run(argv, **options)
+
+    monkeypatch.setattr(check.subprocess, "run", run)
+    context = SimpleNamespace(container="none", profile=accelerators.get("cpu"))
+
+    def said(modules: list[str]) -> tuple[dict, str]:
+        probe = check.Trainers()
+        output, _ = probe._probe(context, modules)
+        return check.parse(output), probe.kept
+
+    found, kept = said(["fakes.fake_trainer", "json"])
+    assert set(found["modules"]) == {"fakes.fake_trainer", "json"} and not kept
+    found, kept = said(["json"])
+    assert list(found["modules"]) == ["json"] and kept and found["python"] == sys.version.split()[0]
+    found, kept = said(["fakes.fake_trainer", "csv"])
+    assert set(found["modules"]) == {"fakes.fake_trainer", "csv"} and not kept
+    assert started == [["fakes.fake_trainer", "json"], ["csv"]]
+
+
 class FakeEngine:
     """The Docker SDK's client as imagereads uses it: an image's id by its tag, and a container's output
     (numbered, to tell a run from a kept answer)."""

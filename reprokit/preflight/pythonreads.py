@@ -61,9 +61,21 @@ def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
     child's arguments (the probe's code, the modules); `trainer_folders`:
     the folders whose every source file is read into it (the kit's trainers, a user's under development)."""
     interpreter = Path(sys.executable)
-    path_entries = [p for p in pythonpath.split(os.pathsep) if p] + [p for p in sys.path if p]
+    # The folder of the script this process runs (`inv`'s bin/) is first on this process's path, not
+    # on the child's (`python -c` starts from the working folder): a dry run by `inv` and the same one
+    # through the Python API would never share an answer.
+    script = Path(sys.argv[0]).resolve().parent if sys.argv and Path(sys.argv[0]).is_file() else None
+    own = [p for p in sys.path if p and (script is None or Path(p).resolve() != script)]
+    path_entries = [p for p in pythonpath.split(os.pathsep) if p] + own
     facts = {
-        "python": [str(interpreter), str(interpreter.resolve()), _stat(interpreter.resolve()), sys.version],
+        # Its folder (a venv's, which pyvenv.cfg beside it decides), not its name: python and python3 there
+        # are one interpreter.
+        "python": [
+            str(interpreter.parent),
+            str(interpreter.resolve()),
+            _stat(interpreter.resolve()),
+            sys.version,
+        ],
         "argv": argv,
         "pythonpath": pythonpath,
         "trainers": _sources(trainer_folders),

@@ -59,6 +59,18 @@ def parse(output: str) -> dict | None:
     return None
 
 
+def _line(found: dict) -> str:
+    return "REPROKIT-PROBE " + json.dumps(found)
+
+
+def _merged(answers: list[dict]) -> str:
+    """One answer from those of single modules (one Python: its torch and version are each one's)."""
+    found = {**answers[-1], "modules": {}}
+    for answer in answers:
+        found["modules"].update(answer["modules"])
+    return _line(found)
+
+
 class Trainers(Check):
     name = "trainers"
     # Where the answer was kept from an earlier read (imagereads.py, pythonreads.py): said beside it.
@@ -91,16 +103,19 @@ class Trainers(Check):
             where = f"this Python ({sys.executable})"
             # The accelerators' trainer-side code too: the trainers load their folder's trainer.py.
             folders = [*trainers.source_folders(), layout.ACCELERATORS]
-            name = pythonreads.key(["-c", PROBE, *modules], path, folders)
-            output = pythonreads.kept(name)
-            if output is not None:
-                self.kept = pythonreads.KEPT
-                return output, where
             env = {**os.environ, "PYTHONPATH": path}
-            if _counts(context):  # the devices this Python's torch sees, where the cells' count is checked
+            counts = _counts(context)
+            if counts:  # the devices this Python's torch sees, where the cells' count is checked
                 env["REPROKIT_PROBE_DEVICES"] = "1"
+            # One answer kept per module: a dry run of one recipe after one of all of them imports nothing.
+            names = {m: pythonreads.key(["-c", PROBE, m], path, folders) for m in modules}
+            answers = {} if counts else {m: parse(pythonreads.kept(n) or "") for m, n in names.items()}
+            missing = [m for m in modules if answers.get(m) is None]
+            if not missing:
+                self.kept = pythonreads.KEPT
+                return _merged([answers[m] for m in modules]), where
             done = subprocess.run(
-                [sys.executable, "-c", PROBE, *modules],
+                [sys.executable, "-c", PROBE, *missing],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -109,9 +124,13 @@ class Trainers(Check):
             )
             output = done.stdout + done.stderr
             found = parse(output)
-            if found is not None and "cuda_devices" not in found:
-                pythonreads.keep(name, output)
-            return output, where
+            if found is None:
+                return output, where
+            if "cuda_devices" not in found:
+                for module in missing:
+                    answers[module] = {**found, "modules": {module: found["modules"][module]}}
+                    pythonreads.keep(names[module], _line(answers[module]))
+            return _merged([answers.get(m) or found for m in modules]), where
         options = context.runtime.container.options
         if context.container == "docker":
             tag = getattr(options, "image", None) or images.image_tag(profile)
