@@ -103,9 +103,13 @@ def test_what_this_machine_cannot_run_is_refused_in_one_line(tmp_path, extra, sa
 
 def test_a_given_cache_without_the_dataset_stops_the_run_instead_of_a_stand_in(tmp_path, monkeypatch):
     import datasets.config
+    import huggingface_hub.constants
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    # The hub's own switch too, as a machine without the hub sets it: else each of its calls is tried
+    # five times over 23 s of back-off before the same refusal.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     argv = [a for a in SMALL_RUN if a != "--synthetic_data"]
     with pytest.raises(SystemExit) as stopped:
         run_image_classification.main(
