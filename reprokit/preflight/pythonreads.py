@@ -1,8 +1,9 @@
 """What the trainers' import probe answered in this machine's Python, kept by what decides it: a second
 dry run or preflight of an unchanged environment starts no Python that imports torch (seconds each).
 
-The key is what an import's outcome rests on: the interpreter (its path and file), the probe's code and
-the modules asked for, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
+One answer is kept per trainer module (checks/trainers.py asks a child only for the modules without
+one). The key is what an import's outcome rests on: the interpreter (its folder and file), the probe's
+code and the module, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
 on the child's path as a whole (its modification time changes when pip installs, upgrades or removes a
 package there, a dist-info folder's name carrying the version), with the environment variables that
 steer loading native libraries. An answer that counted devices is never kept: devices come and go,
