@@ -3,12 +3,13 @@ dry run or preflight of an unchanged environment starts no Python that imports t
 
 One answer is kept per trainer module (checks/trainers.py asks a child only for the modules without
 one). The key is what an import's outcome rests on: the interpreter (its folder and file), the probe's
-code and the module, the PYTHONPATH given, every trainer source file (path, size, modification time), and each folder
-on the child's path as a whole (its modification time changes when pip installs, upgrades or removes a
-package there, a dist-info folder's name carrying the version), with the environment variables that
-steer loading native libraries. An answer that counted devices is never kept: devices come and go,
-and the count is checked where it is made. An edit inside an installed package that leaves its
-folder's listing as it was is not seen; the answer then says it was kept, and the stepped preflight
+code and the module, the PYTHONPATH given, every trainer source file (path, size, modification time),
+each folder the child imports from as a whole (its working folder, the PYTHONPATH's, the interpreter's
+site-packages: a folder's modification time changes when pip installs, upgrades or removes a package
+there, a dist-info folder's name carrying the version), and the environment variables that steer
+loading native libraries. An answer that counted devices is never kept: devices come and go, and the
+count is checked where it is made. An edit inside an installed package that leaves its folder's listing
+as it was is not seen; the answer then says it was kept, and the stepped preflight
 imports for real. A kept answer that cannot be written costs the next run a Python, nothing else."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import site
 import sys
 from pathlib import Path
 
@@ -57,17 +59,24 @@ def _sources(roots: list[Path]) -> list:
     )
 
 
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under this process: the child starts nowhere either
+        return ""
+
+
 def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
     """The answer's key in this process's environment (the probe's child inherits it): `argv` the
     child's arguments (the probe's code, the modules); `trainer_folders`:
     the folders whose every source file is read into it (the kit's trainers, a user's under development)."""
     interpreter = Path(sys.executable)
-    # The folder of the script this process runs (`inv`'s bin/) is first on this process's path, not
-    # on the child's (`python -c` starts from the working folder): a dry run by `inv` and the same one
-    # through the Python API would never share an answer.
-    script = Path(sys.argv[0]).resolve().parent if sys.argv and Path(sys.argv[0]).is_file() else None
-    own = [p for p in sys.path if p and (script is None or Path(p).resolve() != script)]
-    path_entries = [p for p in pythonpath.split(os.pathsep) if p] + own
+    # The folders the child imports from: its working folder (first for `python -c`), the PYTHONPATH
+    # given and the interpreter's site-packages. Not this process's own path, which holds what the child
+    # never sees (inv's bin/, the tasks folder invoke inserts, a test runner's): a dry run through `inv`
+    # and the same one through the Python API asked again.
+    site_folders = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    path_entries = [_cwd(), *(p for p in pythonpath.split(os.pathsep) if p), *site_folders]
     facts = {
         # Its folder (a venv's, which pyvenv.cfg beside it decides), not its name: python and python3 there
         # are one interpreter.
