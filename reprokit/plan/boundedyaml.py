@@ -23,14 +23,15 @@ MAX_NODES = 300_000
 # Collections inside collections: a recipe has about 8 levels. Python's own composer stopped at about
 # 450 (its recursion limit), where the files refused for it were refused already.
 MAX_DEPTH = 400
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's reader where PyYAML was built with it (recipes.declared_name reads its events too).
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _too_deep(text: str, limit: int) -> bool:
     """Whether collections nest deeper than `limit` in `text`, from the parser's events (a flat stream:
     no recursion however deep the file)."""
     depth = 0
-    for event in yaml.parse(text, Loader=_LOADER):
+    for event in yaml.parse(text, Loader=LOADER):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > limit:
@@ -86,7 +87,7 @@ def load(path: Path, what: str) -> Any:
         raise ReprokitError(f"{path}: cannot read {what}: {error.strerror or error}") from None
     except UnicodeDecodeError:
         raise ReprokitError(f"{path}: not a {what} (not UTF-8 text)") from None
-    loader = _LOADER(text)
+    loader = LOADER(text)
     try:
         if _too_deep(text, MAX_DEPTH):
             raise RecursionError

@@ -118,7 +118,7 @@ def _read_name(path: Path) -> str | None:
 def _scan_name(data: bytes) -> str | None:
     depth, is_key, key, name = 0, True, None, None
     documents = 0
-    for event in yaml.parse(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    for event in yaml.parse(data, Loader=boundedyaml.LOADER):
         if isinstance(event, yaml.DocumentStartEvent):
             documents += 1
             if documents > 1:

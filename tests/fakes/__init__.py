@@ -23,7 +23,8 @@ IMAGENET_KEY = {
 
 def bridgetower_recipe() -> dict[str, Any]:
     """BridgeTower's recipe as data, most throwaway recipes' start: read by libyaml (2 ms; PyYAML's
-    Python reader took 25, in most of the suite's tests)."""
+    Python reader took 25, in most of the suite's tests). The loader is boundedyaml.LOADER's choice,
+    written here because this package is also the fake trainers', which never import the kit."""
     text = (ROOT / "recipes" / "bridgetower" / "recipe.yaml").read_text()
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
