@@ -66,10 +66,11 @@ def _cwd() -> str:
         return ""
 
 
-def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
-    """The answer's key in this process's environment (the probe's child inherits it): `argv` the
-    child's arguments (the probe's code, the modules); `trainer_folders`:
-    the folders whose every source file is read into it (the kit's trainers, a user's under development)."""
+def keys(argv: list[str], modules: list[str], pythonpath: str, trainer_folders: list[Path]) -> dict[str, str]:
+    """Each module's answer key in this process's environment (the probe's child inherits it): `argv`
+    the child's arguments before the module (the probe's code); `trainer_folders`: the folders whose
+    every source file is read into it (the kit's trainers, a user's under development). What the keys
+    share (every trainer file's and folder's state) is read once, not once a module."""
     interpreter = Path(sys.executable)
     # The folders the child imports from: its working folder (first for `python -c`), the PYTHONPATH
     # given and the interpreter's site-packages. Not this process's own path, which holds what the child
@@ -86,13 +87,17 @@ def key(argv: list[str], pythonpath: str, trainer_folders: list[Path]) -> str:
             _stat(interpreter.resolve()),
             sys.version,
         ],
-        "argv": argv,
         "pythonpath": pythonpath,
         "trainers": _sources(trainer_folders),
         "folders": {entry: _stat(Path(entry)) for entry in dict.fromkeys(path_entries)},
         "environment": {name: os.environ.get(name) for name in STEERING},
     }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    return {
+        module: hashlib.sha256(
+            json.dumps({**facts, "argv": [*argv, module]}, sort_keys=True).encode()
+        ).hexdigest()
+        for module in modules
+    }
 
 
 def kept(name: str) -> str | None:

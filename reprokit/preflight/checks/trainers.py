@@ -108,7 +108,7 @@ class Trainers(Check):
             if counts:  # the devices this Python's torch sees, where the cells' count is checked
                 env["REPROKIT_PROBE_DEVICES"] = "1"
             # One answer kept per module: a dry run of one recipe after one of all of them imports nothing.
-            names = {m: pythonreads.key(["-c", PROBE, m], path, folders) for m in modules}
+            names = pythonreads.keys(["-c", PROBE], modules, path, folders)
             answers = {} if counts else {m: parse(pythonreads.kept(n) or "") for m, n in names.items()}
             missing = [m for m in modules if answers.get(m) is None]
             if not missing:
