@@ -14,9 +14,8 @@ import torch
 from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning, Trainer, TrainingArguments
 
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.measure.hf_trainer import definitions
 from reprokit_trainers.common.process.distributed import destroy_process_group
-from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record import software, trainer_summary
 from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
 if typing.TYPE_CHECKING:
@@ -188,15 +187,6 @@ def mfu_precision(software: dict[str, str | None], training_args: TrainingArgume
     return flops.matmul_precision(mixed, software["tf32"] in ("on", "matmul only"))
 
 
-def global_batch(training_args: TrainingArguments) -> int:
-    """Samples per optimizer step, all devices."""
-    return (
-        training_args.per_device_train_batch_size
-        * training_args.world_size
-        * training_args.gradient_accumulation_steps
-    )
-
-
 def write_summary(
     run_dir: RunDir,
     trainer: Trainer,
@@ -215,47 +205,17 @@ def write_summary(
     run was built from, the switches and software in effect, FLOPs and MFU."""
     model_args, data_args, bench, training_args, platform = parsed
     train_metrics, eval_metrics, test_metrics = metrics
-    trainer_name = "GaudiTrainer" if platform.on_gaudi else "Trainer"
     ran = software_in_effect(trainer, watched, switches)
-    figures = definitions(
-        throughput.meter,
-        trainer_name,
-        train_metrics,
-        num_examples=num_examples,
-        num_train_epochs=training_args.num_train_epochs,
-        max_steps=training_args.max_steps,
-        global_batch=global_batch(training_args),
-    )
     summary = run_dir.write_summary(
         throughput.meter,
         status="ok",
-        throughput=figures,
-        # The Trainer's own figure as it reported it: the whole run on transformers, after its warm-up
-        # steps on Gaudi (throughput.whole_run / .gaudi_trainer say which, and how it was counted).
-        train_samples_per_second=train_metrics.get("train_samples_per_second"),
-        trainer_metrics=train_metrics,
-        eval_metrics=eval_metrics,
+        **trainer_summary.fields(throughput, parsed, (train_metrics, eval_metrics), built, num_examples),
         test_metrics=test_metrics,
-        final_loss=throughput.last_logs.get("loss"),
-        model=model_args.model_name_or_path,
-        model_revision=model_args.model_revision if built.model_source == "hub" else None,
-        model_source=built.model_source,
-        model_fallback_reason=built.model_fallback,
         model_parameters=built.model_parameters,
         trained_parameters=built.trained_parameters,
         tokenizer_source=built.tokenizer_source,
-        data_source=built.data_source,
-        data_fallback_reason=built.data_fallback,
-        dataset=data_args.dataset_name,
-        dataset_revision=data_args.dataset_revision if built.data_source == "hub" else None,
         cache_dir=sources.given_cache,
         cache_read_through=model_args.cache_dir if model_args.cache_dir != sources.given_cache else None,
-        trainer=trainer_name,
-        gaudi_config=platform.gaudi_config.summary() if platform.gaudi_config else None,
-        per_device_train_batch_size=training_args.per_device_train_batch_size,
-        gradient_accumulation_steps=training_args.gradient_accumulation_steps,
-        global_batch_size=global_batch(training_args),
-        bf16=training_args.bf16,
         max_seq_length=data_args.max_seq_length,
         image_size=built.image_size,
         optim=str(

@@ -18,8 +18,8 @@ from reprokit_trainers.bridgetower import run_bridgetower as trainer
 from reprokit_trainers.common.measure.hf_trainer import StepSamples
 from reprokit_trainers.common.process import lifecycle
 from reprokit_trainers.common.record import software
-from reprokit_trainers.rehearsal import plan
-from reprokit_trainers.rehearsal.fakedevice import FakeDevice, estimate
+from reprokit_trainers.rehearsal import plan, trainer_steps
+from reprokit_trainers.rehearsal.fakedevice import FakeDevice
 from reprokit_trainers.rehearsal.plan import Prepared, economy_note
 
 # Beside the trainers' own: the eval and test rows, the images' variety, and torch.compile (not run
@@ -130,19 +130,6 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
         f"loader: one batch of {len(batch['input_ids'])} through the Trainer's DataLoader"
         + (" and the device decode (on the CPU)" if bench.image_pipeline == "gpu_decode" else "")
     )
-    with device.on():
-        batch = device.put(batch)
-        for _ in range(2):  # the second step holds the optimizer's state from the first
-            built.training_step(wrapped, batch)
-            built.optimizer.step()
-            built.optimizer.zero_grad(set_to_none=True)
-    ran.append(
-        f"2 training steps: Trainer.training_step under accelerate's {prepared.precision} autocast, backward, optimizer step"
+    return trainer_steps.two_steps(
+        built, wrapped, batch, device, prepared.precision, (ran, skipped, parameters)
     )
-    skipped.append("DDP: one process (the node's one GPU) has no DDP wrapper, as the Trainer runs it")
-    return {
-        "ran": ran,
-        "skipped": skipped,
-        "parameters": parameters,
-        "memory": estimate(device.live.peak, {}),
-    }

@@ -76,7 +76,7 @@ from reprokit_trainers.common.process.args import (
     without_fields_of,
 )
 from reprokit_trainers.common.process.gaudi import SetupError
-from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record import software, trainer_summary
 from reprokit_trainers.common.record.rundir import RunDir
 
 from . import offline, record
@@ -902,8 +902,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         training_args.per_device_train_batch_size,
         training_args.world_size,
         training_args.gradient_accumulation_steps,
-        record.global_batch(training_args),
-        "GaudiTrainer" if platform.on_gaudi else "Trainer",
+        trainer_summary.global_batch(training_args),
+        trainer_summary.trainer_name(platform.on_gaudi),
     )
     logger.info("in effect: %s", ", ".join(f"{k} {v}" for k, v in switches.items()))
     watched = record.watch_attention(model, training_args, platform.on_gaudi)

@@ -8,12 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
+from transformers import Trainer, ViTConfig, ViTForImageClassification
 
 from reprokit_trainers.common.measure import flops
-from reprokit_trainers.common.measure.hf_trainer import definitions
 from reprokit_trainers.common.process.distributed import destroy_process_group
-from reprokit_trainers.common.record import software
+from reprokit_trainers.common.record import software, trainer_summary
 from reprokit_trainers.common.record.rundir import QUALITY, THROUGHPUT, RunDir
 
 
@@ -57,14 +56,6 @@ def flops_per_sample(config: ViTConfig) -> float:
     return flops.count_training_flops(lambda: ViTForImageClassification(config), step)
 
 
-def global_batch(training_args: TrainingArguments) -> int:
-    return (
-        training_args.per_device_train_batch_size
-        * training_args.world_size
-        * training_args.gradient_accumulation_steps
-    )
-
-
 def watch_attention(model: ViTForImageClassification, on_gaudi: bool) -> software.FirstCallWatch:
     """Watch the first forward of the first encoder layer's attention (transformers' ViT picks its
     implementation by config: 4.49's SDPA where torch has it). HPU lazy mode dispatches elsewhere:
@@ -105,42 +96,14 @@ def write_summary(
     Trainer's own metrics, what the run was built from, the software in effect, FLOPs and MFU."""
     model_args, data_args, bench, training_args, platform = parsed
     train_metrics, eval_metrics = metrics
-    trainer_name = "GaudiTrainer" if platform.on_gaudi else "Trainer"
     ran = software_in_effect(trainer, watch, platform.on_gaudi)
-    figures = definitions(
-        throughput.meter,
-        trainer_name,
-        train_metrics,
-        num_examples=built.train_rows,
-        num_train_epochs=training_args.num_train_epochs,
-        max_steps=training_args.max_steps,
-        global_batch=global_batch(training_args),
-    )
     precision = "bf16" if ran["mixed_precision"] == "amp-bf16" else "fp32"
     summary = run_dir.write_summary(
         throughput.meter,
         status="ok",
-        throughput=figures,
-        train_samples_per_second=train_metrics.get("train_samples_per_second"),
-        trainer_metrics=train_metrics,
-        eval_metrics=eval_metrics,
-        final_loss=throughput.last_logs.get("loss"),
-        model=model_args.model_name_or_path,
-        model_revision=model_args.model_revision if built.model_source == "hub" else None,
-        model_source=built.model_source,
-        model_fallback_reason=built.model_fallback,
+        **trainer_summary.fields(throughput, parsed, metrics, built, built.train_rows),
         model_parameters=built.parameters,
-        data_source=built.data_source,
-        data_fallback_reason=built.data_fallback,
-        dataset=data_args.dataset_name,
-        dataset_revision=data_args.dataset_revision if built.data_source == "hub" else None,
         cache_dir=model_args.cache_dir,
-        trainer=trainer_name,
-        gaudi_config=platform.gaudi_config.summary() if platform.gaudi_config else None,
-        per_device_train_batch_size=training_args.per_device_train_batch_size,
-        gradient_accumulation_steps=training_args.gradient_accumulation_steps,
-        global_batch_size=global_batch(training_args),
-        bf16=training_args.bf16,
         image_size=built.image_size,
         dataloader_num_workers=training_args.dataloader_num_workers,
         loader="torch",

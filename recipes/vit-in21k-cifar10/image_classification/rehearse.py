@@ -20,8 +20,8 @@ from reprokit_trainers.common.record import software
 from reprokit_trainers.common.record.rundir import RunDir
 from reprokit_trainers.image_classification import data
 from reprokit_trainers.image_classification import run_image_classification as trainer
-from reprokit_trainers.rehearsal import plan
-from reprokit_trainers.rehearsal.fakedevice import FakeDevice, estimate
+from reprokit_trainers.rehearsal import plan, trainer_steps
+from reprokit_trainers.rehearsal.fakedevice import FakeDevice
 from reprokit_trainers.rehearsal.plan import Prepared, economy_note
 
 # Beside the trainers' own: the test rows, the images' variety, the held-out share (rows, not a step).
@@ -98,19 +98,6 @@ def device_step(prepared: Prepared, device: FakeDevice) -> dict[str, Any]:
         wrapped = built.accelerator.prepare_model(built.model)
     batch = built._prepare_inputs(plan.first_batch(built.get_train_dataloader()))
     ran.append(f"loader: one batch of {len(batch['labels'])} through the Trainer's DataLoader")
-    with device.on():
-        batch = device.put(batch)
-        for _ in range(2):  # the second step holds the optimizer's state from the first
-            built.training_step(wrapped, batch)
-            built.optimizer.step()
-            built.optimizer.zero_grad(set_to_none=True)
-    ran.append(
-        f"2 training steps: Trainer.training_step under accelerate's {prepared.precision} autocast, backward, optimizer step"
+    return trainer_steps.two_steps(
+        built, wrapped, batch, device, prepared.precision, (ran, skipped, parameters)
     )
-    skipped.append("DDP: one process (the node's one GPU) has no DDP wrapper, as the Trainer runs it")
-    return {
-        "ran": ran,
-        "skipped": skipped,
-        "parameters": parameters,
-        "memory": estimate(device.live.peak, {}),
-    }

@@ -61,6 +61,7 @@ from reprokit_trainers.common.process.args import (
     take_bool_flag,
     without_fields_of,
 )
+from reprokit_trainers.common.record import trainer_summary
 from reprokit_trainers.common.record.rundir import RunDir
 
 from . import data, record
@@ -342,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "%s (%s, %.1fM parameters), data %s (%d train rows), batch %d x %d, %s",
         model_args.model_name_or_path, model_source, built.parameters / 1e6, data_source, built.train_rows,
         training_args.per_device_train_batch_size, training_args.world_size,
-        "GaudiTrainer" if platform.on_gaudi else "Trainer",
+        trainer_summary.trainer_name(platform.on_gaudi),
     )  # fmt: skip
     watch = record.watch_attention(model, platform.on_gaudi)
 
