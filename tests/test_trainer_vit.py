@@ -423,6 +423,26 @@ def test_an_out_of_range_argument_is_one_line_and_no_run(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ('{"n_layers": 0}', "n_layers 0: give a whole number of at least 1"),
+        ('{"n_heads": 0}', "n_heads 0: give a whole number of at least 1"),
+        ('{"hidden_d": "16"}', "hidden_d '16': give a whole number of at least 1"),
+    ],
+)
+def test_an_architecture_override_of_no_size_is_one_line_and_no_run(tmp_path, override, said):
+    """A zero or a text among --model_config_json's sizes (a block_0 missing, a division by zero, before)."""
+    with pytest.raises(SystemExit) as raised:
+        run_vit.main(
+            ["--output_dir", str(tmp_path / "x"), "--model_name_or_path", "pycls-vit-tiny", "--img_size", str(IMG),
+             "--synthetic_data", "--max_steps", "2", "--throughput_warmup_steps", "1", "--dataloader_num_workers", "0",
+             "--model_config_json", override]
+        )  # fmt: skip
+    assert raised.value.code == f"run_vit.py: error: {said}"
+    assert not (tmp_path / "x" / "summary.json").exists()
+
+
 def test_a_bad_switch_is_one_line_and_no_run(tmp_path):
     result = refused(tmp_path, "--amp", "fp8")
     assert result.stderr == "run_vit.py: error: --amp: must be one of no, fp16, bf16, pure_fp16; got 'fp8'\n"
