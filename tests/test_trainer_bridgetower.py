@@ -464,6 +464,49 @@ def test_a_gaudi_flag_ends_the_command_in_one_line_without_a_traceback(tmp_path)
     assert line.startswith("run_bridgetower.py: error: --use_habana needs a Gaudi")
 
 
+def _without(config: dict, key: str) -> dict:
+    return {k: v for k, v in config.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    "architecture, said",
+    [
+        (
+            _without(TINY, "contrastive_hidden_size"),
+            "contrastive_hidden_size is missing: the contrastive heads",
+        ),
+        (
+            {**TINY, "contrastive_hidden_size": 0},
+            "contrastive_hidden_size 0: give a whole number of at least 1",
+        ),
+        (
+            {**TINY, "text_config": {**TINY["text_config"], "num_hidden_layers": 0}},
+            "text_config.num_hidden_layers 0: give a whole number of at least 1",
+        ),
+        (
+            {**TINY, "vision_config": {**TINY["vision_config"], "hidden_size": "64"}},
+            "vision_config.hidden_size '64': give a whole number of at least 1",
+        ),
+        (
+            {**TINY, "vision_config": {**TINY["vision_config"], "num_hidden_layers": 3}},
+            "text_config.num_hidden_layers 2 and vision_config.num_hidden_layers 3: both towers are split",
+        ),
+    ],
+    ids=["no-contrastive-size", "zero-contrastive", "no-text-layers", "text-size", "towers-differ"],
+)
+def test_an_architecture_that_cannot_build_is_one_line_naming_the_key(refused_here, architecture, said):
+    """Before: a traceback from the model's code (AttributeError, IndexError), torch's message on a size
+    given as text, or a run that trained (a contrastive space of no dimension; towers of two depths
+    split at the text tower's layer)."""
+    # SMALL_RUN less its architecture: a run that builds trains three steps of it.
+    rest = SMALL_RUN[2:]
+    line = refused_here(
+        "--random_init", "--synthetic_data", "--do_train", "--max_steps", "3", *rest,
+        "--model_config_json", json.dumps(architecture),
+    )  # fmt: skip
+    assert line.startswith(f"run_bridgetower.py: error: --model_config_json does not build: {said}"), line
+
+
 def test_optimum_habana_alone_is_no_gaudi(monkeypatch):
     """Images without Habana's stack may still carry optimum-habana (whose import then fails)."""
     import types

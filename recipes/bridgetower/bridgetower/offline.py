@@ -34,10 +34,44 @@ SPLITS = ("train", "validation", "test")
 LOGIT_SCALE_INIT = 2.6592
 
 
+# The architecture's sizes, where each part has them: a zero or a text among them ended deep in the model's
+# __init__ or forward (an IndexError, a ZeroDivisionError, a matmul of [0, 0]) rather than in one line.
+SIZES = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size", "image_size",
+    "vocab_size", "max_position_embeddings", "contrastive_hidden_size",
+)  # fmt: skip
+
+
 def build_config(config_json: str) -> BridgeTowerConfig:
+    """BridgeTowerConfig from ``--model_config_json``; ValueError, in one line, for one that cannot build."""
     kwargs = json.loads(config_json)
+    # BridgeTowerConfig has no default for it (transformers 4.49) and the contrastive heads read it: left
+    # out, the model's __init__ raised AttributeError.
+    if isinstance(kwargs, dict) and "contrastive_hidden_size" not in kwargs:
+        raise ValueError(
+            "contrastive_hidden_size is missing: the contrastive heads project both towers to it "
+            "(the published checkpoint's is 512)"
+        )
     kwargs.setdefault("logit_scale_init_value", LOGIT_SCALE_INIT)
-    return BridgeTowerConfig(**kwargs)
+    config = BridgeTowerConfig(**kwargs)
+    for where, part in (
+        ("", config),
+        ("text_config.", config.text_config),
+        ("vision_config.", config.vision_config),
+    ):
+        for key in SIZES:
+            value = getattr(part, key, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{where}{key} {value!r}: give a whole number of at least 1")
+    text, vision = config.text_config.num_hidden_layers, config.vision_config.num_hidden_layers
+    if text != vision or text < config.num_hidden_layers:
+        # The forward splits both towers at one index and bridges the top num_hidden_layers of each.
+        raise ValueError(
+            f"text_config.num_hidden_layers {text} and vision_config.num_hidden_layers {vision}: both towers "
+            f"are split at the same layer and their top {config.num_hidden_layers} (num_hidden_layers) bridged to "
+            f"the cross-modal layers; give both the same count, at least {config.num_hidden_layers}"
+        )
+    return config
 
 
 def offline_tokenizer(words: Sequence[str] = VOCABULARY) -> PreTrainedTokenizerBase:
