@@ -722,6 +722,38 @@ def test_a_bad_image_is_named_by_its_path(tmp_path, data, reason):
     assert str(caught.value) == f"bad image {bad}: {reason}; remove or replace the file"
 
 
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        (
+            {"layers": [0, 0, 0, 0]},
+            "the architecture's layers [0, 0, 0, 0]: give four whole numbers of at least 1",
+        ),
+        (
+            {"embed_dims": [32, 64, 64]},
+            "the architecture's embed_dims [32, 64, 64]: give four whole numbers of at least 1",
+        ),
+        (
+            {"embed_dims": [32, 65, 65, 65]},
+            "the architecture's stage 2 is 65 wide with 2 heads: a width its heads",
+        ),
+    ],
+    ids=["no-blocks", "three-stages", "width-over-heads"],
+)
+def test_an_architecture_of_no_size_or_uneven_heads_is_one_line_and_no_run(tmp_path, override, said):
+    """Before: a model of no blocks trained "ok"; three stages raised IndexError, a width the heads do not
+    divide a RuntimeError at the first forward's reshape."""
+    with pytest.raises(SystemExit) as stopped:
+        run_volo.main(
+            ["--output_dir", str(tmp_path / "run"), "--model_name_or_path", "volo_d1", "--model_kwargs_json",
+             json.dumps({**TINY, **override}), "--synthetic_data", "--img_size", "32", "--token_label_size", "2",
+             "--amp", "no", "--per_device_train_batch_size", "2", "--max_steps", "2", "--throughput_warmup_steps",
+             "1", "--dataloader_num_workers", "0"]
+        )  # fmt: skip
+    assert str(stopped.value.code).startswith(f"run_volo.py: error: {said}"), stopped.value.code
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 def test_a_class_folder_without_an_image_stops_the_trainer_in_one_line_without_a_preflight(tmp_path):
     from tests.fakes import tiny_imagenet
 

@@ -225,6 +225,27 @@ def parse_model_name(name: str) -> tuple[str, int | None]:
     return match.group(1), int(match.group(2)) if match.group(2) else None
 
 
+def check_architecture(architecture: dict[str, Any]) -> None:
+    """Four stages of blocks, widths and heads, each a whole number of at least 1, each stage's width split
+    evenly over its heads: a stage of width 0 trained "ok" on nothing, and a width its heads do not
+    divide failed at the first forward's reshape."""
+    for key in ("layers", "embed_dims", "num_heads"):
+        value = architecture.get(key)
+        stages = value if isinstance(value, (list, tuple)) else ()
+        if len(stages) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in stages):
+            raise ValueError(
+                f"the architecture's {key} {value!r}: give four whole numbers of at least 1, one a stage"
+            )
+    for stage, (width, heads) in enumerate(
+        zip(architecture["embed_dims"], architecture["num_heads"], strict=True)
+    ):
+        if width % heads:
+            raise ValueError(
+                f"the architecture's stage {stage + 1} is {width} wide with {heads} heads: a width its heads "
+                "divide evenly (embed_dims, num_heads)"
+            )
+
+
 def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, dict[str, Any]]:
     """timm's VOLO with the transformer blocks' attention kernel as ``--attention`` says."""
     from timm.models.volo import VOLO
@@ -236,6 +257,7 @@ def build_model(args: ModelArguments, img_size: int) -> tuple[torch.nn.Module, d
     for text in (args.model_config_json, args.model_kwargs_json):
         if text:
             architecture.update(json.loads(text))
+    check_architecture(architecture)
     model = VOLO(
         img_size=img_size, num_classes=args.num_classes, drop_path_rate=args.drop_path, **architecture
     )
