@@ -21,6 +21,7 @@ import numpy as np
 from transformers import BridgeTowerConfig, PreTrainedTokenizerBase
 
 from reprokit_trainers.common.data.synthetic import VOCABULARY, caption, cartoon_jpeg_bytes, sample_sizes
+from reprokit_trainers.common.process.args import check_sizes
 
 if typing.TYPE_CHECKING:
     import datasets
@@ -34,8 +35,7 @@ SPLITS = ("train", "validation", "test")
 LOGIT_SCALE_INIT = 2.6592
 
 
-# The architecture's sizes, where each part has them: a zero or a text among them ended deep in the model's
-# __init__ or forward (an IndexError, a ZeroDivisionError, a matmul of [0, 0]) rather than in one line.
+# The architecture's sizes, where each part has them (common/process/args.py's check_sizes).
 SIZES = (
     "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size", "image_size",
     "vocab_size", "max_position_embeddings", "contrastive_hidden_size",
@@ -59,10 +59,7 @@ def build_config(config_json: str) -> BridgeTowerConfig:
         ("text_config.", config.text_config),
         ("vision_config.", config.vision_config),
     ):
-        for key in SIZES:
-            value = getattr(part, key, 1)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{where}{key} {value!r}: give a whole number of at least 1")
+        check_sizes(part, SIZES, where)
     text, vision = config.text_config.num_hidden_layers, config.vision_config.num_hidden_layers
     if text != vision or text < config.num_hidden_layers:
         # The forward splits both towers at one index and bridges the top num_hidden_layers of each.

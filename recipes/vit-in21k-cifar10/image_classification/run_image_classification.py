@@ -54,6 +54,7 @@ from reprokit_trainers.common.process.accelerate_compat import give_optimizer_tr
 from reprokit_trainers.common.process.args import (
     MfuArguments,
     arg,
+    check_sizes,
     config_error,
     first_line,
     one_line_errors,
@@ -67,6 +68,11 @@ from reprokit_trainers.common.record.rundir import RunDir
 from . import data, record
 
 logger = logging.getLogger("run_image_classification")
+# ViTConfig's sizes: a zero among them ended in the model's code (an IndexError, a division by zero).
+ARCHITECTURE_SIZES = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size",
+    "num_channels",
+)  # fmt: skip
 
 PROG = "run_image_classification.py"
 TRAINER_DIR = Path(__file__).resolve().parent
@@ -248,11 +254,15 @@ def load_model(model_args: ModelArguments, labels: list[str]) -> tuple[Any, Any,
                 ) from None
     if model_args.model_config_json is None:
         raise config_error(PROG, f"no checkpoint ({reason}) and no --model_config_json to build one from")
-    with one_line_errors(PROG, ValueError, TypeError):
+    try:
         config = ViTConfig(**json.loads(model_args.model_config_json), num_labels=len(labels), **names)
+        check_sizes(config, ARCHITECTURE_SIZES)
+        model = ViTForImageClassification(config)  # its own ValueError: a width the heads do not divide
+    except (ValueError, TypeError) as error:  # JSONDecodeError is a ValueError
+        raise config_error(PROG, f"--model_config_json does not build: {first_line(error)}") from None
     side = config.image_size
     processor = ViTImageProcessor(size={"height": side, "width": side})
-    return ViTForImageClassification(config), processor, "random", reason
+    return model, processor, "random", reason
 
 
 def build_trainer(

@@ -101,6 +101,31 @@ def test_what_this_machine_cannot_run_is_refused_in_one_line(tmp_path, extra, sa
     assert "\n" not in message and not (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ({"num_hidden_layers": 0}, "num_hidden_layers 0: give a whole number of at least 1"),
+        ({"patch_size": 0}, "patch_size 0: give a whole number of at least 1"),
+        (
+            {"num_attention_heads": 3},
+            "The hidden size (32,) is not a multiple of the number of attention heads 3.",
+        ),
+    ],
+    ids=["no-layers", "no-patch", "heads"],
+)
+def test_an_architecture_that_cannot_build_is_one_line_naming_it(tmp_path, override, said, monkeypatch):
+    """Before: an IndexError, a ZeroDivisionError and transformers' ValueError, each a traceback."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = [*SMALL_RUN, "--model_config_json", json.dumps({**TINY, **override})]
+    with pytest.raises(SystemExit) as stopped:
+        run_image_classification.main(["--output_dir", str(tmp_path), *argv])
+    assert (
+        str(stopped.value)
+        == f"run_image_classification.py: error: --model_config_json does not build: {said}"
+    )
+    assert not (tmp_path / "summary.json").exists()
+
+
 def test_a_given_cache_without_the_dataset_stops_the_run_instead_of_a_stand_in(tmp_path, monkeypatch):
     import datasets.config
     import huggingface_hub.constants

@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reprokit_trainers.common.process.args import check_sizes
+
 CLASSIFIERS = ("token", "pooled")
 LAYOUTS = ("batch_first", "batch_second")
 ATTENTIONS = ("math", "mha", "sdpa")
@@ -71,11 +73,9 @@ class ViTConfig:
     ln_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        # Checked first: a zero or a text here would be a ZeroDivisionError or a missing block_0 later.
-        for name in ("image_size", "patch_size", "n_layers", "n_heads", "hidden_d", "mlp_d", "num_classes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} {value!r}: give a whole number of at least 1")
+        check_sizes(
+            self, ("image_size", "patch_size", "n_layers", "n_heads", "hidden_d", "mlp_d", "num_classes")
+        )
         choices = {"classifier": CLASSIFIERS, "layout": LAYOUTS, "attention": ATTENTIONS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -156,6 +156,16 @@ def given(argv: Sequence[str], name: str) -> bool:
     return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
 
 
+def check_sizes(config: Any, names: Sequence[str], where: str = "") -> None:
+    """Each of ``names`` that ``config`` has is a whole number of at least 1, or ValueError naming it
+    (``where``: the part of the config, e.g. "text_config."): an architecture's zero or text ended deep in
+    the model's code (an IndexError, a division by zero, a matmul of no width) rather than in one line."""
+    for name in names:
+        value = getattr(config, name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}{name} {value!r}: give a whole number of at least 1")
+
+
 def first_line(error: BaseException) -> str:
     """An exception's first line (its type where it says nothing), at most 300 characters."""
     text = str(error).strip()
