@@ -227,8 +227,8 @@ def parse_model_name(name: str) -> tuple[str, int | None]:
 
 def check_architecture(architecture: dict[str, Any]) -> None:
     """Four stages of blocks, widths and heads, each a whole number of at least 1, each stage's width split
-    evenly over its heads: a stage of width 0 trained "ok" on nothing, and a width its heads do not
-    divide failed at the first forward's reshape."""
+    evenly over its heads: a model of no blocks trained "ok", a width of 0 raised ZeroDivisionError in the
+    model's init, and a width its heads do not divide failed at the first forward's reshape."""
     for key in ("layers", "embed_dims", "num_heads"):
         value = architecture.get(key)
         stages = value if isinstance(value, (list, tuple)) else ()
