@@ -45,7 +45,13 @@ from reprokit_trainers.common.data import imagenet, prefetch, randaugment
 from reprokit_trainers.common.measure import flops
 from reprokit_trainers.common.measure.steps import StepLogger
 from reprokit_trainers.common.process import lifecycle, streams
-from reprokit_trainers.common.process.args import DeviceArguments, arg, one_line_errors, parse_command_line
+from reprokit_trainers.common.process.args import (
+    DeviceArguments,
+    arg,
+    is_size,
+    one_line_errors,
+    parse_command_line,
+)
 from reprokit_trainers.common.process.distributed import (
     accelerator_device,
     init_process_group,
@@ -232,7 +238,7 @@ def check_architecture(architecture: dict[str, Any]) -> None:
     for key in ("layers", "embed_dims", "num_heads"):
         value = architecture.get(key)
         stages = value if isinstance(value, (list, tuple)) else ()
-        if len(stages) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in stages):
+        if len(stages) != 4 or not all(is_size(v) for v in stages):
             raise ValueError(
                 f"the architecture's {key} {value!r}: give four whole numbers of at least 1, one a stage"
             )

@@ -162,8 +162,13 @@ def check_sizes(config: Any, names: Sequence[str], where: str = "") -> None:
     the model's code (an IndexError, a division by zero, a matmul of no width) rather than in one line."""
     for name in names:
         value = getattr(config, name, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_size(value):
             raise ValueError(f"{where}{name} {value!r}: give a whole number of at least 1")
+
+
+def is_size(value: Any) -> bool:
+    """A whole number of at least 1 (not a bool, which is an int to Python, nor a text)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def first_line(error: BaseException) -> str:

@@ -41,6 +41,7 @@ def fields(
     model_args, data_args, _, training_args, platform = parsed
     train_metrics, eval_metrics = metrics
     name = trainer_name(platform.on_gaudi)
+    batch = global_batch(training_args)
     return {
         "throughput": definitions(
             throughput.meter,
@@ -49,7 +50,7 @@ def fields(
             num_examples=num_examples,
             num_train_epochs=training_args.num_train_epochs,
             max_steps=training_args.max_steps,
-            global_batch=global_batch(training_args),
+            global_batch=batch,
         ),
         "train_samples_per_second": train_metrics.get("train_samples_per_second"),
         "trainer_metrics": train_metrics,
@@ -67,6 +68,6 @@ def fields(
         "gaudi_config": platform.gaudi_config.summary() if platform.gaudi_config else None,
         "per_device_train_batch_size": training_args.per_device_train_batch_size,
         "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
-        "global_batch_size": global_batch(training_args),
+        "global_batch_size": batch,
         "bf16": training_args.bf16,
     }
